@@ -1,0 +1,1 @@
+"""Figures from clustersim run outputs (reads Parquet only)."""

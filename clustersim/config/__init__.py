@@ -1,0 +1,1 @@
+"""Frozen, validated configuration: scenarios and the hardware/model/engine catalogues."""

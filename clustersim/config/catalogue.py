@@ -1,0 +1,91 @@
+"""Find hardware, model and engine profiles by name among the built-in data files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from clustersim.config.loader import format_validation_error, read_yaml_mapping
+from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
+from clustersim.errors import ConfigError, did_you_mean
+
+ProfileT = TypeVar("ProfileT", HardwareProfile, ModelProfile, EngineProfile)
+
+_KINDS: dict[str, tuple[str, type[BaseModel]]] = {
+    "hardware": ("gpus", HardwareProfile),
+    "model": ("models", ModelProfile),
+    "engine": ("engines", EngineProfile),
+}
+
+
+def builtin_data_dir(name: str) -> Path:
+    """The directory of built-in data ``name`` (``hardware_profiles`` or ``scenarios``).
+
+    Installed wheels carry it under ``clustersim/_data``; a source checkout has it at the top level.
+    """
+    package_dir = Path(__file__).resolve().parent.parent
+    for candidate in (package_dir / "_data" / name, package_dir.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"clustersim's built-in '{name}' folder is missing from the installation")
+
+
+def load_profile_file(path: Path, model_cls: type[ProfileT]) -> ProfileT:
+    """Load one profile YAML file, reporting problems as ``file: field: problem``."""
+    raw = read_yaml_mapping(path)
+    try:
+        return model_cls.model_validate(raw)
+    except ValidationError as exc:
+        raise format_validation_error(exc, str(path), model_cls) from None
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """All profiles in a ``hardware_profiles`` folder, looked up by name or alias (any case)."""
+
+    root: Path
+
+    @classmethod
+    def builtin(cls) -> Catalogue:
+        return cls(builtin_data_dir("hardware_profiles"))
+
+    def names(self, kind: str) -> list[str]:
+        """Canonical names of every profile of ``kind`` (hardware, model or engine)."""
+        return [p.name for p in self._all(kind)]
+
+    def _all(self, kind: str) -> list[BaseModel]:
+        folder, model_cls = _KINDS[kind]
+        return [load_profile_file(p, model_cls) for p in sorted((self.root / folder).glob("*.yaml"))]
+
+    def _find(self, kind: str, name: str, scenario_source: str, field_path: str) -> BaseModel:
+        profiles = self._all(kind)
+        wanted = name.lower()
+        for profile in profiles:
+            keys = [profile.name, *getattr(profile, "aliases", ())]
+            if wanted in (k.lower() for k in keys):
+                return profile
+        known = [p.name for p in profiles]
+        all_keys = known + [a for p in profiles for a in getattr(p, "aliases", ())]
+        raise ConfigError(
+            scenario_source,
+            field_path,
+            f"unknown {kind} '{name}'{did_you_mean(name, all_keys)}; known: {', '.join(known)}",
+        )
+
+    def hardware(self, name: str, source: str = "scenario", field_path: str = "cluster.hardware") -> HardwareProfile:
+        found = self._find("hardware", name, source, field_path)
+        assert isinstance(found, HardwareProfile)
+        return found
+
+    def model(self, name: str, source: str = "scenario", field_path: str = "cluster.model") -> ModelProfile:
+        found = self._find("model", name, source, field_path)
+        assert isinstance(found, ModelProfile)
+        return found
+
+    def engine(self, name: str, source: str = "scenario", field_path: str = "cluster.engine") -> EngineProfile:
+        found = self._find("engine", name, source, field_path)
+        assert isinstance(found, EngineProfile)
+        return found

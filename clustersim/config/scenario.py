@@ -1,0 +1,231 @@
+"""The scenario schema: YAML is validated into these frozen pydantic models.
+
+Every model forbids unknown keys; closed choices are ``Literal``s; plug-in configs are
+discriminated on ``kind``. Nothing here does I/O (see :mod:`clustersim.config.loader`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+
+class StrictModel(BaseModel):
+    """Base for every config model: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# ----------------------------------------------------------------------------- lengths
+class FixedLengths(StrictModel):
+    """Every request has exactly ``tokens`` tokens."""
+
+    kind: Literal["fixed"]
+    tokens: PositiveInt
+
+
+class UniformLengths(StrictModel):
+    """Integer lengths uniform on ``[min_tokens, max_tokens]`` (both inclusive)."""
+
+    kind: Literal["uniform"]
+    min_tokens: PositiveInt
+    max_tokens: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLengths:
+        if self.max_tokens < self.min_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be >= min_tokens ({self.min_tokens})")
+        return self
+
+
+class LognormalLengths(StrictModel):
+    """Lognormal lengths with the given median and log-space sigma, rounded and clipped to [min, max]."""
+
+    kind: Literal["lognormal"]
+    median_tokens: PositiveFloat
+    sigma: NonNegativeFloat
+    min_tokens: PositiveInt = 1
+    max_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLengths:
+        if self.max_tokens is not None and self.max_tokens < self.min_tokens:
+            raise ValueError(f"max_tokens ({self.max_tokens}) must be >= min_tokens ({self.min_tokens})")
+        return self
+
+
+LengthDistribution = Annotated[FixedLengths | UniformLengths | LognormalLengths, Field(discriminator="kind")]
+
+
+# ----------------------------------------------------------------------------- arrivals
+class PoissonArrivals(StrictModel):
+    """Exponential inter-arrival times at ``rate_per_s`` requests per second."""
+
+    kind: Literal["poisson"]
+    rate_per_s: PositiveFloat
+
+
+class ExplicitRequest(StrictModel):
+    """One request given in full in the scenario."""
+
+    arrival_at_s: NonNegativeFloat
+    prompt_tokens: PositiveInt
+    output_tokens: PositiveInt
+
+
+class ExplicitArrivals(StrictModel):
+    """A fixed list of requests, in non-decreasing arrival order."""
+
+    kind: Literal["explicit"]
+    requests: tuple[ExplicitRequest, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sorted(self) -> ExplicitArrivals:
+        for i in range(1, len(self.requests)):
+            if self.requests[i].arrival_at_s < self.requests[i - 1].arrival_at_s:
+                raise ValueError(
+                    f"requests[{i}].arrival_at_s ({self.requests[i].arrival_at_s}) is before "
+                    f"requests[{i - 1}].arrival_at_s ({self.requests[i - 1].arrival_at_s}); list them in time order"
+                )
+        return self
+
+
+ArrivalProcess = Annotated[PoissonArrivals | ExplicitArrivals, Field(discriminator="kind")]
+
+
+class Tenant(StrictModel):
+    """One source of traffic: its arrival process and, unless explicit, its length distributions."""
+
+    name: str = Field(min_length=1)
+    arrival: ArrivalProcess
+    prompt_tokens: LengthDistribution | None = None
+    output_tokens: LengthDistribution | None = None
+
+    @model_validator(mode="after")
+    def _lengths_match_arrivals(self) -> Tenant:
+        explicit = isinstance(self.arrival, ExplicitArrivals)
+        for field in ("prompt_tokens", "output_tokens"):
+            given = getattr(self, field) is not None
+            if explicit and given:
+                raise ValueError(f"{field} must not be set with explicit arrivals (each request gives its own)")
+            if not explicit and not given:
+                raise ValueError(f"{field} is required with {self.arrival.kind} arrivals")
+        return self
+
+
+class Workload(StrictModel):
+    """All tenants sending traffic to the cluster."""
+
+    tenants: tuple[Tenant, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Workload:
+        seen: set[str] = set()
+        for tenant in self.tenants:
+            if tenant.name in seen:
+                raise ValueError(f"tenant name '{tenant.name}' is used twice")
+            seen.add(tenant.name)
+        return self
+
+
+# ----------------------------------------------------------------------------- cluster
+class Cluster(StrictModel):
+    """Identical replicas; each is one model instance over ``tensor_parallel`` GPUs."""
+
+    num_replicas: PositiveInt = 1
+    hardware: str
+    model: str
+    tensor_parallel: PositiveInt = 1
+    engine: str = "vllm"
+
+
+class RoundRobinRouter(StrictModel):
+    """Send request i to replica i mod N."""
+
+    kind: Literal["round_robin"] = "round_robin"
+
+
+class Scheduler(StrictModel):
+    """The per-replica iteration scheduler.
+
+    ``static`` forms a batch only when the replica is idle and runs it to completion;
+    ``continuous`` (Orca-style) admits and retires sequences at every iteration.
+    """
+
+    policy: Literal["static", "continuous"] = "continuous"
+    max_num_seqs: PositiveInt = 256
+    max_num_batched_tokens: PositiveInt = 8192
+
+
+class KVCache(StrictModel):
+    """Paged KV cache: blocks of ``block_size_tokens`` tokens.
+
+    Capacity is ``gpu_memory_frac`` of GPU memory minus the weights, unless ``num_blocks``
+    overrides it (useful for teaching scenarios and tests).
+    """
+
+    block_size_tokens: PositiveInt = 16
+    gpu_memory_frac: float = Field(default=0.9, gt=0.0, le=1.0)
+    num_blocks: PositiveInt | None = None
+
+
+class RooflineCost(StrictModel):
+    """Price each step with the roofline model of :mod:`clustersim.cost.roofline`."""
+
+    kind: Literal["roofline"] = "roofline"
+
+
+class UnitCost(StrictModel):
+    """Every step takes exactly ``step_time_s`` (the teaching mode)."""
+
+    kind: Literal["unit"]
+    step_time_s: PositiveFloat = 1.0
+
+
+CostModel = Annotated[RooflineCost | UnitCost, Field(discriminator="kind")]
+
+
+class Stop(StrictModel):
+    """When the run ends.
+
+    ``max_requests``: no arrivals after this many (over all tenants); the run drains.
+    ``horizon_s``: the clock stops here; requests still in flight are reported unfinished.
+    """
+
+    max_requests: PositiveInt | None = None
+    horizon_s: PositiveFloat | None = None
+
+
+class SLO(StrictModel):
+    """Per-request targets; a request meets the SLO when it meets every target given."""
+
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
+    e2e_s: PositiveFloat | None = None
+
+
+class Scenario(StrictModel):
+    """One simulation: traffic, cluster, scheduler, KV cache, cost model and stop condition."""
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    workload: Workload
+    cluster: Cluster
+    router: RoundRobinRouter = RoundRobinRouter()
+    scheduler: Scheduler = Scheduler()
+    kv: KVCache = KVCache()
+    cost: CostModel = RooflineCost()
+    stop: Stop = Stop()
+    slo: SLO | None = None
+
+    @model_validator(mode="after")
+    def _stops(self) -> Scenario:
+        if self.stop.max_requests is None and self.stop.horizon_s is None:
+            open_ended = [t.name for t in self.workload.tenants if not isinstance(t.arrival, ExplicitArrivals)]
+            if open_ended:
+                raise ValueError(
+                    f"stop: set max_requests or horizon_s; tenant '{open_ended[0]}' never stops sending requests"
+                )
+        return self

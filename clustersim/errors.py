@@ -1,0 +1,33 @@
+"""The errors clustersim raises for bad input; the CLI prints them as one line and exits 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class ClusterSimError(Exception):
+    """Base class for every error that is the user's input, not a bug in clustersim."""
+
+
+class ConfigError(ClusterSimError):
+    """A scenario, profile or override that cannot be used.
+
+    The message always reads ``<file>: <field.path>: <problem>`` so that a user can go
+    straight to the offending line.
+    """
+
+    def __init__(self, source: str, field_path: str, problem: str) -> None:
+        self.source = source
+        self.field_path = field_path
+        self.problem = problem
+        where = f"{source}: {field_path}" if field_path else source
+        super().__init__(f"{where}: {problem}")
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
+    options = list(choices)
+    lowered = {c.lower(): c for c in options}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean '{lowered[close[0]]}'?)" if close else ""

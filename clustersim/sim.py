@@ -1,0 +1,174 @@
+"""Wire one run: profiles -> cost model and KV capacity -> SimPy processes -> Parquet logs -> summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import simpy
+
+from clustersim import __version__
+from clustersim.architecture import (
+    GpuSpec,
+    ModelShape,
+    kv_bytes_per_token_per_gpu,
+    kv_capacity_blocks,
+    weight_bytes_per_gpu,
+)
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario
+from clustersim.config.scenario import Scenario
+from clustersim.cost.base import CostModel
+from clustersim.errors import ConfigError
+from clustersim.eventlog import RunLog
+from clustersim.metrics import summarize
+from clustersim.registry import default_registries
+from clustersim.replica.policies import BatchLimits
+from clustersim.replica.replica import Replica, ReplicaSpec
+from clustersim.workload.arrivals import tenant_arrivals
+from clustersim.workload.request import Request
+from clustersim.workload.source import RequestBudget, arrival_process
+
+GIB = 2.0**30
+
+
+@dataclass(frozen=True)
+class ReplicaResources:
+    """What every replica of the cluster is made of."""
+
+    model: ModelShape
+    gpu: GpuSpec
+    tensor_parallel: int
+    num_kv_blocks: int
+    cost_model: CostModel
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run's outputs are, and its summary."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+
+
+def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> ReplicaResources:
+    """Look up the profiles, check the model fits, size the KV cache and build the cost model."""
+    cluster = scenario.cluster
+    hardware = catalogue.hardware(cluster.hardware, source)
+    model_profile = catalogue.model(cluster.model, source)
+    engine = catalogue.engine(cluster.engine, source)
+    model = ModelShape.from_profile(model_profile)
+    gpu = GpuSpec.from_profiles(hardware, engine)
+    tp = cluster.tensor_parallel
+    if model.num_attention_heads % tp:
+        raise ConfigError(
+            source,
+            "cluster.tensor_parallel",
+            f"{tp} does not divide {model.name}'s {model.num_attention_heads} attention heads",
+        )
+    num_blocks = kv_capacity_blocks(model, gpu, tp, scenario.kv.gpu_memory_frac, scenario.kv.block_size_tokens)
+    if num_blocks < 1:
+        usable = gpu.memory_bytes * scenario.kv.gpu_memory_frac
+        raise ConfigError(
+            source,
+            "cluster.tensor_parallel",
+            f"{model.name} does not fit on {gpu.name} at tensor_parallel {tp}: weights need "
+            f"{weight_bytes_per_gpu(model, tp) / GIB:.1f} GiB per GPU plus one KV block "
+            f"({kv_bytes_per_token_per_gpu(model, tp) * scenario.kv.block_size_tokens / GIB:.3f} GiB); "
+            f"{usable / GIB:.1f} GiB usable ({scenario.kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)",
+        )
+    if scenario.kv.num_blocks is not None:
+        num_blocks = scenario.kv.num_blocks
+    costs, _ = default_registries()
+    cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
+    return ReplicaResources(model, gpu, tp, num_blocks, cost_model)
+
+
+def scenario_metadata(scenario: Scenario) -> dict[str, str]:
+    """Key-value metadata stamped on every output file."""
+    resolved = scenario.model_dump_json()
+    return {
+        "clustersim.version": __version__,
+        "clustersim.scenario": resolved,
+        "clustersim.scenario_sha256": hashlib.sha256(resolved.encode("utf-8")).hexdigest(),
+    }
+
+
+def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tuple[float, list[Replica]]:
+    """Run the SimPy model to its stop condition; every request ends up in ``log``. Returns the makespan."""
+    env = simpy.Environment()
+    limits = BatchLimits(
+        scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens, scenario.kv.block_size_tokens
+    )
+    replicas = [
+        Replica(
+            env,
+            ReplicaSpec(i, scenario.scheduler.policy, limits, resources.num_kv_blocks,
+                        resources.model.max_model_len_tokens),
+            resources.cost_model,
+            log,
+            log.record_request,
+        )
+        for i in range(scenario.cluster.num_replicas)
+    ]
+    _, routers = default_registries()
+    router = routers.get(scenario.router.kind)()
+
+    def dispatch(request: Request) -> None:
+        replicas[router.choose(request, replicas)].enqueue(request)
+
+    budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
+    for tenant in scenario.workload.tenants:
+        env.process(arrival_process(env, tenant.name, tenant_arrivals(tenant, scenario.seed), budget, dispatch))
+    if scenario.stop.horizon_s is not None:
+        env.run(until=scenario.stop.horizon_s)
+    else:
+        env.run()
+    for replica in replicas:
+        for request in replica.unfinished():
+            log.record_request(request)
+    return float(env.now), replicas
+
+
+def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:
+    """Run one scenario and write ``requests.parquet``, ``steps.parquet`` and ``summary.json`` to ``out_dir``."""
+    scenario = loaded.scenario
+    resources = resolve_resources(scenario, loaded.source, catalogue or Catalogue.builtin())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    incomplete = out_dir / "INCOMPLETE"
+    incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
+    log = RunLog(out_dir, scenario_metadata(scenario))
+    try:
+        makespan_s, _ = simulate(scenario, resources, log)
+    except BaseException as exc:
+        log.abort()
+        incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
+        raise
+    log.close()
+    summary = {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "clustersim_version": __version__,
+        "kv_blocks_per_replica": resources.num_kv_blocks,
+        **summarize(
+            pq.read_table(log.requests.path),
+            pq.read_table(log.steps.path),
+            makespan_s,
+            scenario.cluster.num_replicas,
+            scenario.slo,
+        ),
+    }
+    _write_json_atomically(out_dir / "summary.json", summary)
+    incomplete.unlink()
+    return RunResult(out_dir, summary)

@@ -1,0 +1,55 @@
+"""The request entity and its lifecycle record."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+RequestStatus = Literal["completed", "rejected", "unfinished"]
+
+
+class Request:
+    """One inference request, from arrival to its last token.
+
+    Times are absolute simulation times in seconds (``*_at_s``); NaN until they happen.
+    ``num_emitted_tokens`` counts output tokens produced so far (kept across preemptions).
+    """
+
+    __slots__ = (
+        "arrival_at_s",
+        "finished_at_s",
+        "first_scheduled_at_s",
+        "first_token_at_s",
+        "num_emitted_tokens",
+        "num_preemptions",
+        "output_tokens",
+        "prompt_tokens",
+        "reject_reason",
+        "replica",
+        "request_id",
+        "status",
+        "tenant",
+    )
+
+    def __init__(
+        self, request_id: int, tenant: str, arrival_at_s: float, prompt_tokens: int, output_tokens: int
+    ) -> None:
+        self.request_id = request_id
+        self.tenant = tenant
+        self.arrival_at_s = arrival_at_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.replica = -1
+        self.first_scheduled_at_s = math.nan
+        self.first_token_at_s = math.nan
+        self.finished_at_s = math.nan
+        self.status: RequestStatus = "unfinished"
+        self.reject_reason = ""
+        self.num_preemptions = 0
+        self.num_emitted_tokens = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Request(id={self.request_id}, tenant={self.tenant!r}, at={self.arrival_at_s:.6g}s, "
+            f"prompt={self.prompt_tokens}, output={self.output_tokens}, status={self.status})"
+        )
