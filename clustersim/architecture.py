@@ -130,7 +130,9 @@ def weight_bytes_per_gpu(model: ModelShape, tensor_parallel: int) -> float:
 
 def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int) -> float:
     """KV bytes per token on each GPU of a TP group (KV heads sharded or replicated)."""
-    return 2.0 * model.num_layers * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
+    return (
+        2.0 * model.num_layers * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
+    )
 
 
 def kv_capacity_blocks(

@@ -25,7 +25,8 @@ def distribution(values: NDArray[np.float64]) -> dict[str, float | None]:
 
 
 def _col(table: pa.Table, name: str) -> NDArray[Any]:
-    return table.column(name).to_numpy(zero_copy_only=False)
+    values: NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
+    return values
 
 
 def request_latencies(requests: pa.Table) -> dict[str, NDArray[np.float64]]:

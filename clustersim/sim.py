@@ -114,8 +114,9 @@ def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tu
     replicas = [
         Replica(
             env,
-            ReplicaSpec(i, scenario.scheduler.policy, limits, resources.num_kv_blocks,
-                        resources.model.max_model_len_tokens),
+            ReplicaSpec(
+                i, scenario.scheduler.policy, limits, resources.num_kv_blocks, resources.model.max_model_len_tokens
+            ),
             resources.cost_model,
             log,
             log.record_request,

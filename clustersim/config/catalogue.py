@@ -6,15 +6,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from clustersim.config.loader import format_validation_error, read_yaml_mapping
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
 from clustersim.errors import ConfigError, did_you_mean
 
 ProfileT = TypeVar("ProfileT", HardwareProfile, ModelProfile, EngineProfile)
+AnyProfile = HardwareProfile | ModelProfile | EngineProfile
 
-_KINDS: dict[str, tuple[str, type[BaseModel]]] = {
+_KINDS: dict[str, tuple[str, type[AnyProfile]]] = {
     "hardware": ("gpus", HardwareProfile),
     "model": ("models", ModelProfile),
     "engine": ("engines", EngineProfile),
@@ -56,19 +57,19 @@ class Catalogue:
         """Canonical names of every profile of ``kind`` (hardware, model or engine)."""
         return [p.name for p in self._all(kind)]
 
-    def _all(self, kind: str) -> list[BaseModel]:
+    def _all(self, kind: str) -> list[AnyProfile]:
         folder, model_cls = _KINDS[kind]
-        return [load_profile_file(p, model_cls) for p in sorted((self.root / folder).glob("*.yaml"))]
+        return [load_profile_file(p, model_cls) for p in sorted((self.root / folder).glob("*.yaml"))]  # type: ignore[type-var]
 
-    def _find(self, kind: str, name: str, scenario_source: str, field_path: str) -> BaseModel:
+    def _find(self, kind: str, name: str, scenario_source: str, field_path: str) -> AnyProfile:
         profiles = self._all(kind)
         wanted = name.lower()
         for profile in profiles:
-            keys = [profile.name, *getattr(profile, "aliases", ())]
+            keys = [profile.name, *profile.aliases]
             if wanted in (k.lower() for k in keys):
                 return profile
         known = [p.name for p in profiles]
-        all_keys = known + [a for p in profiles for a in getattr(p, "aliases", ())]
+        all_keys = known + [a for p in profiles for a in p.aliases]
         raise ConfigError(
             scenario_source,
             field_path,

@@ -247,8 +247,11 @@ def format_validation_error(exc: ValidationError, source: str, model: type[BaseM
         message = message.removeprefix(prefix)
     if message[:1].isupper() and not message[1:2].isupper():
         message = message[0].lower() + message[1:]
+    context = error.get("ctx", {})
     if error["type"] == "missing":
         message = "missing (required)"
+    elif error["type"] == "too_short":
+        message = f"needs at least {context['min_length']} item(s), got {context['actual_length']}"
     elif error["type"] not in ("value_error", "assertion_error") and "input" in error:
         shown = error["input"]
         if not isinstance(shown, dict | list):

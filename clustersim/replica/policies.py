@@ -96,8 +96,7 @@ def rejection_reason(
         return f"prompt + output = {total_tokens} tokens exceeds the model's max length {max_model_len_tokens}"
     if request.prompt_tokens > limits.max_num_batched_tokens:
         return (
-            f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens "
-            f"{limits.max_num_batched_tokens}"
+            f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens {limits.max_num_batched_tokens}"
         )
     needed = blocks_for_tokens(total_tokens - 1, limits.block_size_tokens)
     if needed > num_total_blocks:

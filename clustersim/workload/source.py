@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
 from dataclasses import dataclass, field
 
 import simpy
@@ -40,7 +41,7 @@ def arrival_process(
     arrivals: Iterator[ArrivalTuple],
     budget: RequestBudget,
     dispatch: Callable[[Request], None],
-) -> Iterator[simpy.Event]:
+) -> Generator[simpy.Event, Any, None]:
     """Create each request at its arrival time and dispatch it.
 
     Requests that arrive at the same instant are dispatched together without yielding, so a

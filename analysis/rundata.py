@@ -1,0 +1,203 @@
+"""Load one run directory (``requests.parquet``, ``steps.parquet``, ``summary.json``) for plotting.
+
+Only the run's files are read; nothing from the simulator is imported, so figures can be drawn for
+runs made by another clustersim version as long as the columns are there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+REQUEST_COLUMNS = (
+    "request_id",
+    "tenant",
+    "replica",
+    "prompt_tokens",
+    "output_tokens",
+    "arrival_at_s",
+    "first_scheduled_at_s",
+    "first_token_at_s",
+    "finished_at_s",
+    "status",
+)
+STEP_COLUMNS = (
+    "replica",
+    "started_at_s",
+    "duration_s",
+    "num_steps",
+    "num_seqs",
+    "num_prefill_seqs",
+    "num_decode_tokens",
+    "kv_used_blocks",
+    "kv_total_blocks",
+    "num_waiting",
+)
+SCENARIO_METADATA_KEY = b"clustersim.scenario"
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be plotted: missing, incomplete, or with unreadable files.
+
+    Attributes:
+        path: The file or directory at fault.
+        problem: What is wrong with it, as one short phrase.
+    """
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run's event logs as data frames, plus its summary and scenario.
+
+    Attributes:
+        run_dir: The directory the files were read from.
+        requests: One row per request (columns of ``requests.parquet``; missing times are NaN).
+        steps: One row per scheduler iteration, or run of ``num_steps`` identical iterations whose
+            total length is ``duration_s`` (columns of ``steps.parquet``).
+        summary: ``summary.json`` as a dict (empty when the file is absent).
+        scenario: The resolved scenario from the Parquet metadata (empty when absent).
+    """
+
+    run_dir: Path
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict[str, Any]
+    scenario: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The scenario's name, falling back to the run directory's name."""
+        name = self.scenario.get("name") or self.summary.get("scenario")
+        return str(name) if name else self.run_dir.name
+
+    @property
+    def title(self) -> str:
+        """A figure title prefix: the scenario name and its scheduler policy when known."""
+        policy = (self.scenario.get("scheduler") or {}).get("policy")
+        return f"{self.name} (scheduler: {policy})" if policy else self.name
+
+    @property
+    def tenants(self) -> list[str]:
+        """Tenant names in sorted order."""
+        return sorted(str(t) for t in self.requests["tenant"].unique())
+
+    @property
+    def replicas(self) -> list[int]:
+        """Replica indices: all configured replicas if the scenario says how many, else those that ran steps."""
+        num_replicas = (self.scenario.get("cluster") or {}).get("num_replicas")
+        if isinstance(num_replicas, int) and num_replicas > 0:
+            return list(range(num_replicas))
+        return sorted(int(r) for r in self.steps["replica"].unique())
+
+    @property
+    def makespan_s(self) -> float:
+        """Simulated length of the run (s): from the summary, else the last event in the logs."""
+        makespan_s = self.summary.get("makespan_s")
+        if isinstance(makespan_s, int | float) and math.isfinite(makespan_s) and makespan_s > 0:
+            return float(makespan_s)
+        ends_s = [0.0]
+        if len(self.steps):
+            ends_s.append(float((self.steps["started_at_s"] + self.steps["duration_s"]).max()))
+        for column in ("arrival_at_s", "finished_at_s"):
+            last_s = self.requests[column].max()
+            if pd.notna(last_s):
+                ends_s.append(float(last_s))
+        return max(ends_s)
+
+    def completed(self) -> pd.DataFrame:
+        """Requests whose status is ``completed``."""
+        return self.requests[self.requests["status"] == "completed"]
+
+    def emitted_tokens(self) -> NDArray[np.float64]:
+        """Output tokens produced by each step row: ``num_steps * (num_decode_tokens + num_prefill_seqs)``.
+
+        A prefill emits the sequence's first token; every decode emits one more.
+        """
+        per_step = self.steps["num_decode_tokens"].to_numpy(np.float64) + self.steps[
+            "num_prefill_seqs"
+        ].to_numpy(np.float64)
+        return per_step * self.steps["num_steps"].to_numpy(np.float64)
+
+
+def load_run(run_dir: Path) -> RunData:
+    """Read a run directory written by ``clustersim run``.
+
+    Args:
+        run_dir: Directory holding ``requests.parquet``, ``steps.parquet`` and (optionally) ``summary.json``.
+
+    Returns:
+        The run's data.
+
+    Raises:
+        RunDirError: The directory or a required file is missing, unreadable, or lacks columns.
+    """
+    if not run_dir.exists():
+        raise RunDirError(run_dir, "no such directory")
+    if not run_dir.is_dir():
+        raise RunDirError(run_dir, "not a directory (expected a clustersim run directory)")
+    requests_path = run_dir / "requests.parquet"
+    if not requests_path.is_file():
+        if (run_dir / "INCOMPLETE").exists():
+            raise RunDirError(run_dir, "the run did not finish (INCOMPLETE is present); no requests.parquet")
+        raise RunDirError(run_dir, "no requests.parquet here (not a clustersim run directory?)")
+    requests, scenario = _read_table(requests_path, REQUEST_COLUMNS)
+    steps, _ = _read_table(run_dir / "steps.parquet", STEP_COLUMNS)
+    return RunData(
+        run_dir=run_dir,
+        requests=requests,
+        steps=steps.sort_values(["replica", "started_at_s"], kind="stable").reset_index(drop=True),
+        summary=_read_summary(run_dir / "summary.json"),
+        scenario=scenario,
+    )
+
+
+def _read_table(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, Any]]:
+    if not path.is_file():
+        raise RunDirError(path, "no such file")
+    try:
+        table: pa.Table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise RunDirError(path, f"cannot read Parquet: {exc}") from None
+    missing = [name for name in required if name not in table.column_names]
+    if missing:
+        raise RunDirError(path, f"missing column(s) {', '.join(missing)}")
+    frame = table.to_pandas()
+    for name in frame.columns:
+        if name.endswith("_s"):
+            frame[name] = frame[name].astype(np.float64)  # null times -> NaN
+    return frame, _scenario_from_metadata(table.schema.metadata or {})
+
+
+def _scenario_from_metadata(metadata: dict[bytes, bytes]) -> dict[str, Any]:
+    raw = metadata.get(SCENARIO_METADATA_KEY)
+    if raw is None:
+        return {}
+    try:
+        scenario = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return scenario if isinstance(scenario, dict) else {}
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RunDirError(path, f"cannot read JSON: {exc}") from None
+    return summary if isinstance(summary, dict) else {}

@@ -1,0 +1,5 @@
+"""``python -m clustersim`` is the ``clustersim`` command."""
+
+from clustersim.cli import main
+
+main()

@@ -1,0 +1,35 @@
+"""Profile lookup by name or alias, with a "did you mean" for typos."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.errors import ConfigError
+
+CATALOGUE = Catalogue.builtin()
+
+
+@pytest.mark.parametrize("name", ["H100-SXM", "h100", "H100-SXM5-80GB"])
+def test_hardware_by_name_or_alias(name):
+    assert CATALOGUE.hardware(name).name == "H100-SXM"
+
+
+def test_unknown_hardware_names_field_and_suggests():
+    with pytest.raises(ConfigError) as info:
+        CATALOGUE.hardware("A100-80G", "s.yaml")
+    assert str(info.value) == (
+        "s.yaml: cluster.hardware: unknown hardware 'A100-80G' (did you mean 'A100-80GB'?); known: A100-80GB, H100-SXM"
+    )
+
+
+def test_unknown_model_lists_known_models():
+    with pytest.raises(ConfigError, match=r"cluster\.model: unknown model 'gpt-5'; known: Llama-2-7B"):
+        CATALOGUE.model("gpt-5", "s.yaml")
+
+
+def test_broken_profile_file_names_file_and_field(tmp_path):
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "x.yaml").write_text("name: X\nmemory_bytes: {value: 1}\n")
+    with pytest.raises(ConfigError, match=r"x\.yaml: memory_bytes\.source: missing \(required\)"):
+        Catalogue(tmp_path).hardware("X")

@@ -1,0 +1,69 @@
+"""Shared helpers: build small scenarios in code and run them into a temporary folder."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.sim import RunResult, run_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = REPO / "scenarios"
+SHARED = REPO.parent / "shared" / "ground_truth"
+
+
+def explicit_scenario(
+    requests: list[tuple[float, int, int]], *, policy: str = "continuous", **overrides: Any
+) -> dict[str, Any]:
+    """A one-replica unit-cost scenario with the given (arrival_at_s, prompt, output) requests."""
+    raw: dict[str, Any] = {
+        "name": "test",
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": a, "prompt_tokens": p, "output_tokens": o} for a, p, o in requests
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {"policy": policy, "max_num_seqs": 4, "max_num_batched_tokens": 4096},
+        "kv": {"block_size_tokens": 16, "num_blocks": 1000},
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+    }
+    for key, value in overrides.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return raw
+
+
+@pytest.fixture
+def run_mapping(tmp_path: Path) -> Callable[[dict[str, Any]], RunResult]:
+    """Run a scenario given as a mapping; each call writes to a fresh sub-folder of tmp_path."""
+    counter = iter(range(1_000_000))
+
+    def run(raw: dict[str, Any]) -> RunResult:
+        scenario = scenario_from_mapping(raw, "test.yaml")
+        return run_scenario(LoadedScenario(scenario, "test.yaml", tmp_path), tmp_path / f"run{next(counter)}")
+
+    return run
+
+
+def read_requests(result: RunResult) -> list[dict[str, Any]]:
+    """requests.parquet as a list of rows sorted by request_id."""
+    rows = pq.read_table(result.out_dir / "requests.parquet").to_pylist()
+    return sorted(rows, key=lambda r: r["request_id"])
+
+
+def read_steps(result: RunResult) -> list[dict[str, Any]]:
+    """steps.parquet rows in order."""
+    return pq.read_table(result.out_dir / "steps.parquet").to_pylist()

@@ -1,0 +1,78 @@
+"""The command line: the README's main job, summaries, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import SCENARIOS
+
+from clustersim.cli import main
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_run_worked_example_prints_summary(tmp_path: Path):
+    result = invoke("run", str(SCENARIOS / "static-vs-continuous.yaml"), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert "makespan 10.000 s" in result.output
+    assert "6 arrived, 6 completed, 0 rejected, 0 unfinished" in result.output
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["makespan_s"] == 10.0
+
+
+def test_builtin_scenario_by_name_and_set(tmp_path: Path):
+    result = invoke(
+        "run", "static-vs-continuous", "--set", "scheduler.policy=static", "--out", str(tmp_path), "--quiet"
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == str(tmp_path)
+    assert json.loads((tmp_path / "summary.json").read_text())["makespan_s"] == 14.0
+
+
+def test_default_scenario_runs(tmp_path: Path):
+    result = invoke("run", "--out", str(tmp_path), "--set", "stop.max_requests=200")
+    assert result.exit_code == 0, result.output
+    assert "scenario default-chat" in result.output
+    assert (tmp_path / "requests.parquet").exists() and (tmp_path / "steps.parquet").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "missing.yaml"], "clustersim: error: missing.yaml: no such file"),
+        (
+            ["run", "--set", "cluster.hardware=H100X"],
+            "cluster.hardware: unknown hardware 'H100X' (did you mean 'H100'?); known: A100-80GB, H100-SXM",
+        ),
+        (
+            ["run", "--set", "workload.tenants.0.arrival.rate_per_s=-2"],
+            "workload.tenants[0].arrival.rate_per_s: input should be greater than 0 (got -2)",
+        ),
+        (
+            ["run", "--set", "kv.block_sise_tokens=8"],
+            "kv.block_sise_tokens: unknown field (did you mean 'block_size_tokens'?)",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path: Path):
+    result = invoke(*args, "--out", str(tmp_path / "never"))
+    assert result.exit_code == 2
+    assert message in result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert not (tmp_path / "never").exists()
+
+
+def test_console_entry_point_exit_code(tmp_path: Path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: {tenants: []}\ncluster: {hardware: H100-SXM, model: Llama-3.1-8B}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim", "run", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == f"clustersim: error: {bad}: workload.tenants: needs at least 1 item(s), got 0\n"
