@@ -127,10 +127,11 @@ class RunData:
 
         A prefill emits the sequence's first token; every decode emits one more.
         """
-        per_step = self.steps["num_decode_tokens"].to_numpy(np.float64) + self.steps[
-            "num_prefill_seqs"
-        ].to_numpy(np.float64)
-        return per_step * self.steps["num_steps"].to_numpy(np.float64)
+        decode = self.steps["num_decode_tokens"].to_numpy(np.float64)
+        prefill = self.steps["num_prefill_seqs"].to_numpy(np.float64)
+        num_steps = self.steps["num_steps"].to_numpy(np.float64)
+        emitted: NDArray[np.float64] = (decode + prefill) * num_steps
+        return emitted
 
 
 def load_run(run_dir: Path) -> RunData:

@@ -16,6 +16,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.typing import ColorType
 
 DPI = 120
 PALETTE = "tab10"
@@ -24,7 +25,7 @@ PALETTE = "tab10"
 @contextmanager
 def theme() -> Iterator[None]:
     """Apply the seaborn ``whitegrid`` / ``notebook`` look for the duration of the block only."""
-    rc: dict[str, Any] = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
+    rc: Any = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
     rc.update({"figure.dpi": DPI, "savefig.dpi": DPI, "legend.frameon": True, "legend.framealpha": 0.85})
     with mpl.rc_context(rc):
         yield
@@ -37,10 +38,15 @@ def new_figure(width_in: float, height_in: float) -> Figure:
     return figure
 
 
-def colors(num_colors: int) -> list[tuple[float, float, float]]:
+def colors(num_colors: int) -> list[ColorType]:
     """``num_colors`` distinct colours (cycling through the palette when there are more than 10)."""
-    base = sns.color_palette(PALETTE, 10)
-    return [tuple(base[i % len(base)]) for i in range(num_colors)]  # type: ignore[misc]
+    base: list[tuple[float, float, float]] = list(sns.color_palette(PALETTE, 10))
+    return [base[i % len(base)] for i in range(num_colors)]
+
+
+def tenant_colors(tenants: list[str]) -> dict[str, ColorType]:
+    """One colour per tenant name, the same in every figure (palette order of the sorted names)."""
+    return dict(zip(tenants, colors(len(tenants)), strict=True))
 
 
 def annotate_empty(ax: Axes, message: str) -> None:

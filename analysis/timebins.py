@@ -20,9 +20,7 @@ def bin_edges(end_s: float, num_bins: int) -> FloatArray:
     return np.linspace(0.0, end_s, max(num_bins, 1) + 1)
 
 
-def _cumulative(
-    started_at_s: FloatArray, duration_s: FloatArray, amount: FloatArray, at_s: FloatArray
-) -> FloatArray:
+def _cumulative(started_at_s: FloatArray, duration_s: FloatArray, amount: FloatArray, at_s: FloatArray) -> FloatArray:
     """Total amount delivered before each time in ``at_s``, each row delivering at a constant rate."""
     total = np.zeros(at_s.shape, dtype=np.float64)
     points = duration_s <= 0
@@ -45,9 +43,7 @@ def _cumulative(
     return total
 
 
-def binned_amount(
-    started_at_s: ArrayLike, duration_s: ArrayLike, amount: ArrayLike, edges_s: ArrayLike
-) -> FloatArray:
+def binned_amount(started_at_s: ArrayLike, duration_s: ArrayLike, amount: ArrayLike, edges_s: ArrayLike) -> FloatArray:
     """How much of each row's ``amount`` falls in each bin, spreading it evenly over the row's interval.
 
     Args:

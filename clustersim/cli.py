@@ -100,6 +100,24 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
 
 
 @main.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Figure folder [default: RUN_DIR/figures].")
+def report(run_dir: Path, out_dir: Path | None) -> None:
+    """Write the figures of the run in RUN_DIR (latency CDFs, timeline, throughput, Gantt for small runs)."""
+    # imported here, not at the top: plotting libraries take a second to load and `run` never needs them
+    from analysis.figures import write_figures
+    from analysis.rundata import RunDirError
+
+    try:
+        paths = write_figures(run_dir, out_dir)
+    except RunDirError as exc:
+        _fail(str(exc))
+        return
+    for path in paths:
+        click.echo(str(path))
+
+
+@main.command()
 def scenarios() -> None:
     """List the built-in scenarios."""
     for path in sorted(builtin_data_dir("scenarios").glob("*.yaml")):

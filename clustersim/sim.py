@@ -106,11 +106,23 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
 
 
 def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tuple[float, list[Replica]]:
-    """Run the SimPy model to its stop condition; every request ends up in ``log``. Returns the makespan."""
+    """Run the SimPy model to its stop condition; every request ends up in ``log``.
+
+    Returns the makespan (from time 0 to the last request's end, or to the horizon if requests were
+    still in flight there) and the replicas.
+    """
     env = simpy.Environment()
     limits = BatchLimits(
         scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens, scenario.kv.block_size_tokens
     )
+    last_end_s = 0.0
+
+    def on_final(request: Request) -> None:
+        nonlocal last_end_s
+        end_s = request.finished_at_s if request.status == "completed" else request.arrival_at_s
+        last_end_s = max(last_end_s, end_s)
+        log.record_request(request)
+
     replicas = [
         Replica(
             env,
@@ -119,7 +131,7 @@ def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tu
             ),
             resources.cost_model,
             log,
-            log.record_request,
+            on_final,
         )
         for i in range(scenario.cluster.num_replicas)
     ]
@@ -136,10 +148,11 @@ def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tu
         env.run(until=scenario.stop.horizon_s)
     else:
         env.run()
-    for replica in replicas:
-        for request in replica.unfinished():
-            log.record_request(request)
-    return float(env.now), replicas
+    unfinished = [request for replica in replicas for request in replica.unfinished()]
+    for request in unfinished:
+        log.record_request(request)
+    # the makespan ends with the last request, or at the horizon if requests were still in flight there
+    return (float(env.now) if unfinished else last_end_s), replicas
 
 
 def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:

@@ -141,3 +141,10 @@ def test_continuous_beats_static_on_chat_traffic(run_mapping):
     static = run_mapping({**CHAT, "scheduler": {"policy": "static"}}).summary
     assert continuous["ttft_s"]["p99"] < static["ttft_s"]["p99"]
     assert continuous["e2e_s"]["mean"] < static["e2e_s"]["mean"]
+
+
+def test_makespan_ends_with_last_request_when_nothing_is_in_flight_at_the_horizon(run_mapping):
+    raw = explicit_scenario([(0.0, 8, 3), (2.0, 8, 2)])
+    result = run_mapping({**raw, "stop": {"horizon_s": 30.0}})
+    assert result.summary["makespan_s"] == 4.0
+    assert result.summary["num_requests"]["completed"] == 2

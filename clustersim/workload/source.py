@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
