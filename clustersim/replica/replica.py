@@ -209,12 +209,7 @@ class Replica:
 
     def _preempt(self, entry: _Running, k: int) -> None:
         """Recompute preemption: free the sequence's blocks and put it back at the head of the queue."""
-        request = entry.request
-        entry.alive = False
-        del self.running[request.request_id]
-        self.pool.free(entry.num_blocks)
-        self._num_decode -= 1
-        self._decode_kv_offset_sum -= entry.kv_offset
+        request = self._remove(entry)
         request.num_emitted_tokens = entry.emit_base + k - 1
         request.num_preemptions += 1
         self.num_preemptions += 1
@@ -256,13 +251,17 @@ class Replica:
             if entry.alive:
                 self._finish(entry, now)
 
-    def _finish(self, entry: _Running, now: float) -> None:
-        request = entry.request
+    def _remove(self, entry: _Running) -> Request:
+        """Take a decoding sequence out of the batch and free its blocks (its heap entries go stale)."""
         entry.alive = False
-        del self.running[request.request_id]
+        del self.running[entry.request.request_id]
         self.pool.free(entry.num_blocks)
         self._num_decode -= 1
         self._decode_kv_offset_sum -= entry.kv_offset
+        return entry.request
+
+    def _finish(self, entry: _Running, now: float) -> None:
+        request = self._remove(entry)
         request.num_emitted_tokens = request.output_tokens
         request.finished_at_s = now
         request.status = "completed"
