@@ -38,9 +38,38 @@ class StepBatch:
         return len(self.prefill_new_tokens) + self.num_decode_seqs
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeStepShape:
+    """A pure-decode step's duration as a function of the total context ``C`` its sequences attend to.
+
+    ``duration_s(C) = fixed_s + sum over pieces (a, b, c, d) of max(a + b*C, c + d*C)``
+
+    Each piece is one roofline op whose compute and memory times are both affine in ``C`` (for a
+    fixed number of sequences). Runs of decode steps whose context grows by the batch size each
+    step can then be summed in closed form (:mod:`clustersim.cost.runs`).
+    """
+
+    fixed_s: float
+    pieces: tuple[tuple[float, float, float, float], ...] = ()
+
+    def duration_s(self, context_tokens: float) -> float:
+        total = self.fixed_s
+        for a, b, c, d in self.pieces:
+            total += max(a + b * context_tokens, c + d * context_tokens)
+        return total
+
+
 class CostModel(Protocol):
-    """Anything that prices a step."""
+    """Anything that prices a step.
+
+    Invariant: for every ``n`` and ``C``, ``step_duration_s(StepBatch(num_decode_seqs=n,
+    decode_context_tokens=C)) == decode_step_shape(n).duration_s(C)`` (to float rounding).
+    """
 
     def step_duration_s(self, batch: StepBatch) -> float:
         """Wall-clock seconds one iteration of ``batch`` takes on one replica."""
+        ...
+
+    def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
+        """The duration of a pure-decode step of ``num_seqs`` sequences, as a function of total context."""
         ...

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from clustersim.architecture import GpuSpec, ModelShape, kv_bytes_per_token_per_gpu
-from clustersim.cost.base import StepBatch
+from clustersim.cost.base import DecodeStepShape, StepBatch
 
 Bound = Literal["compute", "memory", "latency", "fixed"]
 
@@ -162,3 +162,19 @@ class RooflineCostModel:
 
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel)
+
+    def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
+        """Every op but decode attention is independent of context; decode attention is max(compute, memory)."""
+        empty = price_step(StepBatch(num_decode_seqs=num_seqs), self.model, self.gpu, self.tensor_parallel)
+        fixed_s = empty.duration_s - empty.op("attention_decode").time_s
+        flops0, bytes0 = decode_attention_flops_and_bytes(num_seqs, 0, self.model, self.tensor_parallel)
+        flops1, bytes1 = decode_attention_flops_and_bytes(num_seqs, 1, self.model, self.tensor_parallel)
+        flops_per_s = self.gpu.peak_flops_per_s * self.gpu.compute_efficiency_frac
+        bytes_per_s = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency_frac
+        piece = (
+            flops0 / flops_per_s,
+            (flops1 - flops0) / flops_per_s,
+            bytes0 / bytes_per_s,
+            (bytes1 - bytes0) / bytes_per_s,
+        )
+        return DecodeStepShape(fixed_s, (piece,))

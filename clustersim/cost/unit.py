@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clustersim.cost.base import StepBatch
+from clustersim.cost.base import DecodeStepShape, StepBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,3 +15,6 @@ class UnitCostModel:
 
     def step_duration_s(self, batch: StepBatch) -> float:
         return self.step_time_s
+
+    def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
+        return DecodeStepShape(self.step_time_s)

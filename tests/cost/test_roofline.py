@@ -6,7 +6,7 @@ import pytest
 
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
-from clustersim.cost import StepBatch, UnitCostModel, price_step
+from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.roofline import all_reduce_time_s
 
 # Toy model: 2 layers, d=8, 2 query heads and 1 KV head of dim 4, gated MLP of 16, vocab 10, 2-byte weights.
@@ -113,3 +113,21 @@ def test_cost_is_monotone_in_tokens_and_context(num_decode):
 
 def test_unit_cost_ignores_batch():
     assert UnitCostModel(2.0).step_duration_s(StepBatch(num_decode_seqs=100, decode_context_tokens=10**6)) == 2.0
+
+
+@pytest.mark.parametrize("tensor_parallel", [1, 2])
+@pytest.mark.parametrize("num_seqs", [1, 7, 64, 300])
+@pytest.mark.parametrize("context_per_seq", [0, 1, 100, 5000, 100_000])
+def test_decode_step_shape_matches_step_price(tensor_parallel, num_seqs, context_per_seq):
+    catalogue = Catalogue.builtin()
+    model = RooflineCostModel(
+        ModelShape.from_profile(catalogue.model("Llama-3.1-70B")),
+        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm")),
+        tensor_parallel,
+    )
+    context = num_seqs * context_per_seq
+    direct = model.step_duration_s(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context))
+    assert model.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
+    toy = RooflineCostModel(TOY, GPU, tensor_parallel)
+    direct = toy.step_duration_s(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context))
+    assert toy.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
