@@ -127,7 +127,12 @@ def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tu
         Replica(
             env,
             ReplicaSpec(
-                i, scenario.scheduler.policy, limits, resources.num_kv_blocks, resources.model.max_model_len_tokens
+                i,
+                scenario.scheduler.policy,
+                limits,
+                resources.num_kv_blocks,
+                resources.model.max_model_len_tokens,
+                scenario.simulation.fast_forward,
             ),
             resources.cost_model,
             log,
@@ -148,7 +153,7 @@ def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tu
         env.run(until=scenario.stop.horizon_s)
     else:
         env.run()
-    unfinished = [request for replica in replicas for request in replica.unfinished()]
+    unfinished = [request for replica in replicas for request in replica.stop()]
     for request in unfinished:
         log.record_request(request)
     # the makespan ends with the last request, or at the horizon if requests were still in flight there

@@ -53,7 +53,7 @@ def test_requests_and_tokens_are_conserved(run_mapping):
     completed = [r for r in rows if r["status"] == "completed"]
     assert all(r["num_emitted_tokens"] == r["output_tokens"] for r in completed)
     steps = read_steps(result)
-    emitted_by_steps = sum(s["num_decode_tokens"] + s["num_prefill_seqs"] for s in steps)
+    emitted_by_steps = sum(s["num_steps"] * (s["num_decode_tokens"] + s["num_prefill_seqs"]) for s in steps)
     assert emitted_by_steps == sum(r["num_emitted_tokens"] for r in rows) == result.summary["output_tokens"]
     for r in completed:  # causality
         assert r["arrival_at_s"] <= r["first_scheduled_at_s"] <= r["first_token_at_s"] <= r["finished_at_s"]

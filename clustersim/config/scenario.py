@@ -205,6 +205,17 @@ class SLO(StrictModel):
     e2e_s: PositiveFloat | None = None
 
 
+class Simulation(StrictModel):
+    """How the simulator advances time (never changes results beyond float rounding).
+
+    ``fast_forward``: advance each run of identical decode steps (between arrivals that can be
+    admitted, finishes and KV exhaustion) in one event, with its closed-form duration. Off, every
+    iteration is its own event: the reference the fast path is tested against.
+    """
+
+    fast_forward: bool = True
+
+
 class Scenario(StrictModel):
     """One simulation: traffic, cluster, scheduler, KV cache, cost model and stop condition."""
 
@@ -219,6 +230,7 @@ class Scenario(StrictModel):
     cost: CostModel = RooflineCost()
     stop: Stop = Stop()
     slo: SLO | None = None
+    simulation: Simulation = Simulation()
 
     @model_validator(mode="after")
     def _stops(self) -> Scenario:

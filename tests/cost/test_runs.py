@@ -1,0 +1,58 @@
+"""Closed-form decode runs equal the step-by-step sum."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clustersim.cost.base import DecodeStepShape
+from clustersim.cost.runs import run_duration_s, steps_done_by
+
+
+def stepwise(shape: DecodeStepShape, first: float, growth: float, num_steps: int) -> float:
+    return sum(shape.duration_s(first + j * growth) for j in range(num_steps))
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        (DecodeStepShape(1.0), 5.0),  # unit cost: 5 steps
+        (DecodeStepShape(0.0, ((0.0, 1.0, 0.0, 0.0),)), 10 + 12 + 14 + 16 + 18),  # C = 10, 12, ...
+        (DecodeStepShape(0.5, ((15.0, 0.0, 0.0, 1.0),)), 2.5 + 15 + 15 + 15 + 16 + 18),  # max(15, C)
+    ],
+)
+def test_hand_computed_runs(shape, expected):
+    assert run_duration_s(shape, 10.0, 2.0, 5) == pytest.approx(expected)
+
+
+pieces = st.tuples(
+    st.floats(0, 1e-2), st.floats(0, 1e-6), st.floats(0, 1e-2), st.floats(0, 1e-6)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fixed=st.floats(0, 1e-2),
+    parts=st.lists(pieces, max_size=3),
+    first=st.integers(0, 10**6),
+    growth=st.integers(1, 512),
+    num_steps=st.integers(0, 300),
+)
+def test_closed_form_equals_stepwise(fixed, parts, first, growth, num_steps):
+    shape = DecodeStepShape(fixed, tuple(parts))
+    expected = stepwise(shape, first, growth, num_steps)
+    assert run_duration_s(shape, first, growth, num_steps) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=st.lists(pieces, min_size=1, max_size=2), num_steps=st.integers(1, 200), frac=st.floats(0, 1.2))
+def test_steps_done_by_inverts_the_run(parts, num_steps, frac):
+    shape = DecodeStepShape(1e-3, tuple(parts))
+    total = run_duration_s(shape, 1000, 8, num_steps)
+    elapsed = frac * total
+    done = steps_done_by(shape, 1000, 8, num_steps, elapsed)
+    assert 0 <= done <= num_steps
+    assert run_duration_s(shape, 1000, 8, done) <= elapsed
+    if done < num_steps:
+        assert run_duration_s(shape, 1000, 8, done + 1) > elapsed

@@ -1,0 +1,107 @@
+"""The fast path (runs of decode steps in one event) gives the step-by-step mode's answers."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import pytest
+from conftest import explicit_scenario, read_requests, read_steps
+
+CHAT: dict[str, Any] = {
+    "name": "ff",
+    "seed": 3,
+    "workload": {
+        "tenants": [
+            {
+                "name": "chat",
+                "arrival": {"kind": "poisson", "rate_per_s": 25.0},
+                "prompt_tokens": {"kind": "lognormal", "median_tokens": 900, "sigma": 0.6, "max_tokens": 6000},
+                "output_tokens": {"kind": "lognormal", "median_tokens": 120, "sigma": 1.0, "max_tokens": 1200},
+            },
+            {
+                "name": "docs",
+                "arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                "prompt_tokens": {"kind": "uniform", "min_tokens": 3000, "max_tokens": 7000},
+                "output_tokens": {"kind": "fixed", "tokens": 300},
+            },
+        ]
+    },
+    "cluster": {"num_replicas": 2, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+    "scheduler": {"max_num_batched_tokens": 16384},
+    "stop": {"max_requests": 400},
+}
+
+
+def variant(**changes: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(CHAT)
+    for path, value in changes.items():
+        node = raw
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = value
+    return raw
+
+
+SCENARIOS = {
+    "chat-roofline": CHAT,
+    "memory-pressure": variant(kv__num_blocks=900, kv__block_size_tokens=16),
+    "tiny-blocks": variant(kv__num_blocks=3000, kv__block_size_tokens=4),
+    "static": variant(scheduler__policy="static", kv__num_blocks=4000),
+    "seat-limit": variant(scheduler__max_num_seqs=8),
+    "tp2-70b": variant(cluster={"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-70B", "tensor_parallel": 2}),
+    "horizon": variant(stop={"horizon_s": 6.0}),
+    "horizon-pressure": variant(stop={"horizon_s": 8.0}, kv__num_blocks=700),
+    "unit-boundaries": explicit_scenario(
+        [(0.0, 8, 30), (0.0, 40, 12), (3.0, 8, 5), (7.0, 30, 9), (7.5, 8, 20), (20.0, 8, 3), (21.0, 16, 7)],
+        kv={"block_size_tokens": 4, "num_blocks": 40},
+    ),
+}
+
+TIME_COLUMNS = ("arrival_at_s", "first_scheduled_at_s", "first_token_at_s", "finished_at_s")
+EXACT_COLUMNS = ("request_id", "tenant", "replica", "status", "num_preemptions", "num_emitted_tokens", "reject_reason")
+
+
+def totals(steps: list[dict[str, Any]]) -> dict[str, float]:
+    return {
+        "iterations": sum(s["num_steps"] for s in steps),
+        "tokens": sum(s["num_steps"] * (s["num_decode_tokens"] + s["num_prefill_seqs"]) for s in steps),
+        "prefill_tokens": sum(s["num_prefill_tokens"] for s in steps),
+        "preemptions": sum(s["num_preemptions"] for s in steps),
+        "busy_s": sum(s["duration_s"] for s in steps),
+    }
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_fast_forward_matches_step_by_step(run_mapping, name):
+    raw = SCENARIOS[name]
+    fast = run_mapping({**raw, "simulation": {"fast_forward": True}})
+    slow = run_mapping({**raw, "simulation": {"fast_forward": False}})
+    fast_rows, slow_rows = read_requests(fast), read_requests(slow)
+    assert len(fast_rows) == len(slow_rows) > 0
+    for f, s in zip(fast_rows, slow_rows, strict=True):
+        assert {c: f[c] for c in EXACT_COLUMNS} == {c: s[c] for c in EXACT_COLUMNS}
+        for column in TIME_COLUMNS:
+            if s[column] is None:
+                assert f[column] is None
+            else:
+                assert math.isclose(f[column], s[column], rel_tol=1e-9, abs_tol=1e-9), (column, f, s)
+    fast_steps, slow_steps = read_steps(fast), read_steps(slow)
+    assert all(s["num_steps"] == 1 for s in slow_steps)
+    fast_totals, slow_totals = totals(fast_steps), totals(slow_steps)
+    assert fast_totals["busy_s"] == pytest.approx(slow_totals["busy_s"], rel=1e-9)
+    assert {k: v for k, v in fast_totals.items() if k != "busy_s"} == {
+        k: v for k, v in slow_totals.items() if k != "busy_s"
+    }
+    assert fast.summary["makespan_s"] == pytest.approx(slow.summary["makespan_s"], rel=1e-9)
+    assert fast.summary["num_requests"] == slow.summary["num_requests"]
+    if name not in ("unit-boundaries",):
+        assert len(fast_steps) < len(slow_steps)  # the point of it
+
+
+def test_memory_pressure_scenario_really_preempts(run_mapping):
+    result = run_mapping(SCENARIOS["memory-pressure"])
+    assert result.summary["replicas"]["num_preemptions"] > 0
+    assert result.summary["num_requests"]["completed"] == 400
