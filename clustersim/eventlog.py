@@ -55,7 +55,7 @@ ROWS_PER_BATCH = 65_536
 
 
 class TableWriter:
-    """Buffers rows column-wise and streams them to ``path`` one record batch at a time.
+    """Buffers rows and streams them to ``path`` one record batch at a time.
 
     The file is written as ``<path>.partial`` and renamed into place by :meth:`close`, so a
     reader never sees a half-written file under the final name.
@@ -66,23 +66,23 @@ class TableWriter:
         self.schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
         self._partial = path.with_name(path.name + ".partial")
         self._writer = pq.ParquetWriter(self._partial, self.schema, compression="zstd")
-        self._columns: list[list[Any]] = [[] for _ in schema.names]
+        self._rows: list[tuple[Any, ...]] = []
         self.num_rows = 0
 
     def append(self, *values: Any) -> None:
         """Add one row (values in schema order)."""
-        for column, value in zip(self._columns, values, strict=True):
-            column.append(value)
-        self.num_rows += 1
-        if len(self._columns[0]) >= ROWS_PER_BATCH:
+        self._rows.append(values)
+        if len(self._rows) >= ROWS_PER_BATCH:
             self.flush()
 
     def flush(self) -> None:
-        if not self._columns[0]:
+        if not self._rows:
             return
-        arrays = [pa.array(col, type=field.type) for col, field in zip(self._columns, self.schema, strict=True)]
+        columns = zip(*self._rows, strict=True)
+        arrays = [pa.array(col, type=field.type) for col, field in zip(columns, self.schema, strict=True)]
         self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-        self._columns = [[] for _ in self.schema.names]
+        self.num_rows += len(self._rows)
+        self._rows = []
 
     def close(self) -> Path:
         """Flush, close and move the file into place; returns the final path."""

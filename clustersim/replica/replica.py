@@ -82,6 +82,7 @@ class _InFlight:
     __slots__ = (
         "batch",
         "cuttable",
+        "duration_total_s",
         "first_context",
         "first_step",
         "num_preempted",
@@ -111,13 +112,13 @@ class _InFlight:
         self.shape = shape  # set for runs of several decode steps (closed-form duration)
         self.cuttable = cuttable  # an admissible arrival may end the run early (continuous batching)
         self.first_context = batch.decode_context_tokens
+        self.duration_total_s = 0.0
 
     def duration_s(self, num_steps: int, cost_model: CostModel) -> float:
-        if num_steps == 1:
-            return cost_model.step_duration_s(self.batch)
-        if self.shape is None or num_steps <= 0:
-            return 0.0
-        return run_duration_s(self.shape, self.first_context, self.batch.num_decode_seqs, num_steps)
+        """Duration of the first ``num_steps`` steps: closed form for decode runs, else the cost model."""
+        if self.shape is not None:
+            return run_duration_s(self.shape, self.first_context, self.batch.num_decode_seqs, num_steps)
+        return cost_model.step_duration_s(self.batch) if num_steps == 1 else 0.0
 
 
 class Replica:
@@ -198,6 +199,7 @@ class Replica:
             return
         self.pool.free(unused_growth)
         run.num_steps = new_num_steps
+        run.duration_total_s = run.duration_s(new_num_steps, self.cost_model)
         run.cuttable = False  # it now ends at the next boundary anyway
         self.process.interrupt()
 
@@ -232,11 +234,12 @@ class Replica:
                 self._wakeup = None
                 continue
             run = self._plan(k, admissions, num_preempted)
+            run.duration_total_s = run.duration_s(run.num_steps, self.cost_model)
             self._in_flight = run
             try:
-                yield env.timeout(run.duration_s(run.num_steps, self.cost_model))
+                yield env.timeout(run.duration_total_s)
             except simpy.Interrupt:  # an arrival shortened the run (see _maybe_cut_run)
-                yield env.timeout(run.started_at_s + run.duration_s(run.num_steps, self.cost_model) - env.now)
+                yield env.timeout(run.started_at_s + run.duration_total_s - env.now)
             self._in_flight = None
             self._end(run, run.num_steps, env.now)
 
@@ -256,14 +259,12 @@ class Replica:
             if self._growing:
                 num_steps = 1 + self._affordable_steps(k + 1, num_steps - 1)
                 self.pool.allocate(self._growth(k + 1, k + num_steps - 1))
-            if num_steps > 1:
-                shape = self._shapes.get(n)
-                if shape is None:
-                    shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
+            shape = self._shapes.get(n)
+            if shape is None:
+                shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
         # static batching admits nothing mid-batch, so only continuous runs can be cut short
-        return _InFlight(
-            self.env.now, k, num_steps, batch, prefills, num_preempted, shape, shape is not None and self._growing
-        )
+        cuttable = num_steps > 1 and self._growing
+        return _InFlight(self.env.now, k, num_steps, batch, prefills, num_preempted, shape, cuttable)
 
     def _finish_heap_min(self) -> int:
         heap = self._finish_heap
