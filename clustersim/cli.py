@@ -10,9 +10,10 @@ from typing import Any
 import click
 
 from clustersim import __version__
+from clustersim.bench import CASES, SIZES, append_results, format_table, machine_description, run_in_child
 from clustersim.config.catalogue import builtin_data_dir
 from clustersim.config.loader import load_scenario
-from clustersim.errors import ClusterSimError
+from clustersim.errors import ClusterSimError, did_you_mean
 from clustersim.sim import run_scenario
 
 EXIT_BAD_INPUT = 2
@@ -115,6 +116,38 @@ def report(run_dir: Path, out_dir: Path | None) -> None:
         return
     for path in paths:
         click.echo(str(path))
+
+
+@main.command()
+@click.option("--cases", default=",".join(CASES), show_default=True, help="Comma-separated benchmark cases.")
+@click.option("--sizes", default="10k,100k", show_default=True, help=f"Comma-separated sizes from {', '.join(SIZES)}.")
+@click.option("--step-mode", is_flag=True, help="Also run the step-by-step reference mode for comparison.")
+@click.option(
+    "--results",
+    type=click.Path(path_type=Path),
+    default=Path("bench/results.csv"),
+    show_default=True,
+    help="CSV file the measurements are appended to.",
+)
+def bench(cases: str, sizes: str, step_mode: bool, results: Path) -> None:
+    """Measure simulator speed on the standard benchmark scenarios (each in its own process)."""
+    chosen_cases = [c.strip() for c in cases.split(",") if c.strip()]
+    chosen_sizes = [s.strip() for s in sizes.split(",") if s.strip()]
+    for case in chosen_cases:
+        if case not in CASES:
+            _fail(f"--cases: unknown case '{case}'{did_you_mean(case, CASES)}; choose from {', '.join(CASES)}")
+    for size in chosen_sizes:
+        if size not in SIZES:
+            _fail(f"--sizes: unknown size '{size}'{did_you_mean(size, SIZES)}; choose from {', '.join(SIZES)}")
+    rows = []
+    click.echo(f"machine: {machine_description()}")
+    for size in chosen_sizes:
+        for case in chosen_cases:
+            for fast in (True, False) if step_mode else (True,):
+                rows.append(run_in_child(case, SIZES[size], fast))
+                click.echo(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows))
+    append_results(results, rows)
+    click.echo(f"appended {len(rows)} rows to {results}")
 
 
 @main.command()

@@ -105,13 +105,27 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def simulate(scenario: Scenario, resources: ReplicaResources, log: RunLog) -> tuple[float, list[Replica]]:
+class CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes (the simulator's unit of work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_events = 0
+
+    def step(self) -> None:
+        self.num_events += 1
+        super().step()
+
+
+def simulate(
+    scenario: Scenario, resources: ReplicaResources, log: RunLog, env: CountingEnvironment | None = None
+) -> tuple[float, list[Replica]]:
     """Run the SimPy model to its stop condition; every request ends up in ``log``.
 
     Returns the makespan (from time 0 to the last request's end, or to the horizon if requests were
     still in flight there) and the replicas.
     """
-    env = simpy.Environment()
+    env = env if env is not None else CountingEnvironment()
     limits = BatchLimits(
         scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens, scenario.kv.block_size_tokens
     )
@@ -168,8 +182,9 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
     incomplete = out_dir / "INCOMPLETE"
     incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
     log = RunLog(out_dir, scenario_metadata(scenario))
+    env = CountingEnvironment()
     try:
-        makespan_s, _ = simulate(scenario, resources, log)
+        makespan_s, _ = simulate(scenario, resources, log, env)
     except BaseException as exc:
         log.abort()
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
@@ -187,6 +202,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             scenario.cluster.num_replicas,
             scenario.slo,
         ),
+        "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()

@@ -1,0 +1,197 @@
+"""The speed benchmark: standard scenarios at 10k/100k/1M requests, wall time, events and peak RSS.
+
+Each case runs in its own Python process so that its peak RSS is its own. Results are printed as
+a table and appended to a CSV file (``bench/results.csv`` by default) with the machine they ran on.
+
+The traffic is the peer comparison's: chat-like requests with the Azure 2023 conversation trace's
+length mix (~1,150 prompt / ~210 output tokens), Llama-2-7B on A100-80GB replicas, each replica
+offered 4.5 req/s (about 95% of the ~4.75 req/s it sustains with this mix).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.sim import run_scenario
+
+RATE_PER_REPLICA_PER_S = 4.5
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One benchmark scenario, scaled by its number of requests."""
+
+    name: str
+    num_replicas: int
+    description: str
+
+
+CASES = {
+    case.name: case
+    for case in (
+        BenchCase("1-replica", 1, "one A100 near saturation"),
+        BenchCase("8-replicas", 8, "8 A100s behind a round-robin router"),
+        BenchCase("64-replicas", 64, "64 A100s behind a round-robin router"),
+    )
+}
+
+SIZES = {"10k": 10_000, "100k": 100_000, "1M": 1_000_000}
+
+RESULT_COLUMNS = (
+    "date",
+    "machine",
+    "python",
+    "case",
+    "num_requests",
+    "fast_forward",
+    "wall_s",
+    "sim_requests_per_wall_s",
+    "sim_output_tokens_per_wall_s",
+    "num_events",
+    "steps_rows",
+    "num_iterations",
+    "peak_rss_mb",
+    "makespan_s",
+)
+
+
+def bench_scenario(case: BenchCase, num_requests: int, fast_forward: bool = True) -> dict[str, Any]:
+    """The scenario mapping of one benchmark case."""
+    return {
+        "name": f"bench-{case.name}-{num_requests}",
+        "seed": 1,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "chat",
+                    "arrival": {"kind": "poisson", "rate_per_s": RATE_PER_REPLICA_PER_S * case.num_replicas},
+                    "prompt_tokens": {
+                        "kind": "lognormal",
+                        "median_tokens": 1020,
+                        "sigma": 0.5,
+                        "min_tokens": 4,
+                        "max_tokens": 8192,
+                    },
+                    "output_tokens": {
+                        "kind": "lognormal",
+                        "median_tokens": 129,
+                        "sigma": 0.99,
+                        "min_tokens": 1,
+                        "max_tokens": 2048,
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": case.num_replicas, "hardware": "A100-80GB", "model": "Llama-2-7B"},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 16384},
+        "stop": {"max_requests": num_requests},
+        "simulation": {"fast_forward": fast_forward},
+    }
+
+
+def run_one(case_name: str, num_requests: int, fast_forward: bool) -> dict[str, Any]:
+    """Run one case in this process and measure it (call in a fresh process for a clean peak RSS)."""
+    raw = bench_scenario(CASES[case_name], num_requests, fast_forward)
+    scenario = scenario_from_mapping(raw, f"bench {case_name}")
+    with tempfile.TemporaryDirectory(prefix="clustersim-bench-") as tmp:
+        started = time.perf_counter()
+        result = run_scenario(LoadedScenario(scenario, "bench", Path(tmp)), Path(tmp) / "run")
+        wall_s = time.perf_counter() - started
+        steps_rows = _count_rows(Path(tmp) / "run" / "steps.parquet")
+    summary = result.summary
+    peak_rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "case": case_name,
+        "num_requests": num_requests,
+        "fast_forward": fast_forward,
+        "wall_s": round(wall_s, 3),
+        "sim_requests_per_wall_s": round(num_requests / wall_s),
+        "sim_output_tokens_per_wall_s": round(summary["output_tokens"] / wall_s),
+        "num_events": summary["simulator"]["num_events"],
+        "steps_rows": steps_rows,
+        "num_iterations": summary["replicas"]["num_steps"],
+        "peak_rss_mb": round(peak_rss_kb / 1024),
+        "makespan_s": round(summary["makespan_s"], 1),
+    }
+
+
+def _count_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
+
+
+def machine_description() -> str:
+    """CPU model and core count, for the results table."""
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return f"{model} ({os.cpu_count()} cores)"
+
+
+def run_in_child(case_name: str, num_requests: int, fast_forward: bool) -> dict[str, Any]:
+    """Run one case in a child process and return its measurements."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim.bench", case_name, str(num_requests), "1" if fast_forward else "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark {case_name} {num_requests} failed:\n{proc.stderr}")
+    measured: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return measured
+
+
+def append_results(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Append measured rows (with date, machine, python) to a CSV file, writing a header if new."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    stamp = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine_description(),
+        "python": platform.python_version(),
+    }
+    with path.open("a", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS)
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow({**stamp, **row})
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """The measurements as an aligned text table."""
+    header = (
+        f"{'case':<12}{'requests':>10}{'mode':>6}{'wall s':>9}{'req/s':>9}{'out tok/s':>12}"
+        f"{'events':>11}{'rows':>10}{'iters':>11}{'RSS MB':>8}"
+    )
+    lines = [header]
+    for r in rows:
+        lines.append(
+            f"{r['case']:<12}{r['num_requests']:>10,}{'fast' if r['fast_forward'] else 'step':>6}{r['wall_s']:>9.2f}"
+            f"{r['sim_requests_per_wall_s']:>9,}{r['sim_output_tokens_per_wall_s']:>12,}{r['num_events']:>11,}"
+            f"{r['steps_rows']:>10,}{r['num_iterations']:>11,}{r['peak_rss_mb']:>8,}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    name, size, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    print(json.dumps(run_one(name, size, fast)))
