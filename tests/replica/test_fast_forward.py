@@ -105,3 +105,24 @@ def test_memory_pressure_scenario_really_preempts(run_mapping):
     result = run_mapping(SCENARIOS["memory-pressure"])
     assert result.summary["replicas"]["num_preemptions"] > 0
     assert result.summary["num_requests"]["completed"] == 400
+
+
+def test_arrival_mid_run_cuts_the_run_at_the_next_boundary(run_mapping):
+    # A decodes alone from t=1; B arrives at 3.5 and must be admitted at the boundary at t=4.
+    result = run_mapping(explicit_scenario([(0.0, 8, 10), (3.5, 8, 3)]))
+    rows = read_requests(result)
+    assert [(r["first_scheduled_at_s"], r["first_token_at_s"], r["finished_at_s"]) for r in rows] == [
+        (0.0, 1.0, 10.0),
+        (4.0, 5.0, 7.0),
+    ]
+    steps = [(s["started_at_s"], s["num_steps"], s["num_seqs"], s["num_prefill_tokens"]) for s in read_steps(result)]
+    assert steps == [(0.0, 1, 1, 8), (1.0, 3, 1, 0), (4.0, 1, 2, 8), (5.0, 2, 2, 0), (7.0, 3, 1, 0)]
+
+
+def test_arrival_that_cannot_be_admitted_does_not_cut_the_run(run_mapping):
+    # one seat: B cannot join until A finishes at t=10, so A's run is not cut
+    raw = explicit_scenario([(0.0, 8, 10), (3.5, 8, 3)], scheduler={"max_num_seqs": 1})
+    result = run_mapping(raw)
+    steps = [(s["started_at_s"], s["num_steps"]) for s in read_steps(result)]
+    assert steps == [(0.0, 1), (1.0, 9), (10.0, 1), (11.0, 2)]
+    assert read_requests(result)[1]["first_scheduled_at_s"] == 10.0
