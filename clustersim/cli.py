@@ -14,9 +14,11 @@ from clustersim.bench import CASES, SIZES, append_results, format_table, machine
 from clustersim.config.catalogue import builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ClusterSimError, did_you_mean
+from clustersim.invariants import InvariantViolation
 from clustersim.sim import run_scenario
 
 EXIT_BAD_INPUT = 2
+EXIT_BUG = 3
 
 
 def _fail(message: str) -> None:
@@ -92,6 +94,9 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     except ClusterSimError as exc:
         _fail(str(exc))
         return
+    except InvariantViolation as exc:
+        click.echo(f"clustersim: internal error: {exc} (outputs kept in {out_dir})", err=True)
+        sys.exit(EXIT_BUG)
     wall_s = time.perf_counter() - started
     if not quiet:
         click.echo(format_summary(result.summary))

@@ -152,6 +152,7 @@ class Replica:
         self._num_admitted = 0
         self._shapes: dict[int, DecodeStepShape] = {}
         self._in_flight: _InFlight | None = None
+        self._grown_through = -1  # blocks are allocated for every step up to this one
         self._wakeup: simpy.Event | None = None
         self.process = env.process(self._run())
 
@@ -198,6 +199,7 @@ class Replica:
         if blocks_for_tokens(request.prompt_tokens, self._block_size) > free_at_boundary:
             return
         self.pool.free(unused_growth)
+        self._grown_through = boundary - 1
         run.num_steps = new_num_steps
         run.duration_total_s = run.duration_s(new_num_steps, self.cost_model)
         run.cuttable = False  # it now ends at the next boundary anyway
@@ -259,6 +261,7 @@ class Replica:
             if self._growing:
                 num_steps = 1 + self._affordable_steps(k + 1, num_steps - 1)
                 self.pool.allocate(self._growth(k + 1, k + num_steps - 1))
+                self._grown_through = k + num_steps - 1
             shape = self._shapes.get(n)
             if shape is None:
                 shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
@@ -304,6 +307,7 @@ class Replica:
         """Give a block to every sequence crossing a block boundary at step ``k``; preempt if none is free."""
         if not self._growing:
             return 0
+        self._grown_through = k
         bucket = self._buckets[(1 - k) % self._block_size]
         if len(bucket) <= self.pool.num_free_blocks:
             self.pool.allocate(len(bucket))
@@ -410,20 +414,31 @@ class Replica:
 
     # ------------------------------------------------------------------ end of run
     def stop(self) -> list[Request]:
-        """Close the books when the clock stops: log the completed part of any run, return what is unfinished."""
+        """Close the books when the clock stops: log the completed part of any run, return what is unfinished.
+
+        Steps of a run that ended strictly before the clock stopped are logged; the blocks taken for
+        the steps that did not happen are returned to the pool.
+        """
         run = self._in_flight
+        self._in_flight = None
         if run is not None:
-            elapsed_s = self.env.now - run.started_at_s
             done = 0
-            if run.shape is not None:  # steps of a run that ended strictly before the horizon
+            if run.shape is not None:
+                elapsed_s = self.env.now - run.started_at_s
                 done = steps_done_by(run.shape, run.first_context, run.batch.num_decode_seqs, run.num_steps, elapsed_s)
                 if done and run.duration_s(done, self.cost_model) >= elapsed_s:
                     done -= 1
+            last_grown = run.first_step + max(done, 1) - 1  # growth for the run's first step came before it
+            if self._growing:
+                self.pool.free(self._growth(last_grown + 1, run.first_step + run.num_steps - 1))
+                self._grown_through = last_grown
             if done:
-                self.pool.free(self._growth(run.first_step + done, run.first_step + run.num_steps - 1))
                 self._end(run, done, run.started_at_s + run.duration_s(done, self.cost_model))
-            self._in_flight = None
         done_steps = self.step_index - 1
         for entry in self.running.values():
             entry.request.num_emitted_tokens = entry.emit_base + done_steps
         return [*(e.request for e in self.running.values()), *self.waiting]
+
+    def kv_blocks_of_running(self) -> int:
+        """Blocks the running sequences hold now (for the end-of-run conservation check)."""
+        return sum(self._blocks_held(entry, self._grown_through) for entry in self.running.values())

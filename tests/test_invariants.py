@@ -1,0 +1,59 @@
+"""The end-of-run invariant checks catch each kind of violation, with a message that says which."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import explicit_scenario
+
+from clustersim.config.loader import scenario_from_mapping
+from clustersim.invariants import InvariantViolation, ReplicaEndState, check_requests, check_run, check_steps
+
+SCENARIO = scenario_from_mapping(explicit_scenario([(0.0, 8, 3)]), "t.yaml")
+
+
+@pytest.fixture
+def logs(run_mapping):
+    result = run_mapping(explicit_scenario([(0.0, 8, 3), (0.5, 8, 2), (5.0, 8, 1)]))
+    return pq.read_table(result.out_dir / "requests.parquet"), pq.read_table(result.out_dir / "steps.parquet")
+
+
+def replace(table, column, values):
+    return table.set_column(table.schema.get_field_index(column), column, [values])
+
+
+def test_a_clean_run_passes(logs):
+    requests, steps = logs
+    assert check_requests(requests) == [] and check_steps(steps, requests, SCENARIO) == []
+    check_run(requests, steps, SCENARIO, [ReplicaEndState(0, 0)])
+
+
+def test_duplicate_ids_and_unknown_status(logs):
+    requests, _ = logs
+    broken = replace(replace(requests, "request_id", [0, 0, 1]), "status", ["completed", "lost", "completed"])
+    problems = check_requests(broken)
+    assert "request ids are not exactly 0..2 once each" in problems
+    assert "1 requests have a status other than completed/rejected/unfinished" in problems
+
+
+def test_causality(logs):
+    requests, _ = logs
+    first_token = requests.column("first_token_at_s").to_pylist()
+    broken = replace(requests, "first_token_at_s", [first_token[0], first_token[1], 99.0])
+    assert any(p.startswith("causality:") for p in check_requests(broken))
+
+
+def test_token_conservation_and_limits(logs):
+    requests, steps = logs
+    more = replace(steps, "num_decode_tokens", [x + 1 for x in steps.column("num_decode_tokens").to_pylist()])
+    assert any(p.startswith("token conservation:") for p in check_steps(more, requests, SCENARIO))
+    crowded = replace(steps, "num_seqs", [9] * steps.num_rows)
+    assert "a step ran 9 sequences > max_num_seqs 4" in check_steps(crowded, requests, SCENARIO)
+    full = replace(steps, "kv_used_blocks", [10**6] * steps.num_rows)
+    assert any("more KV blocks" in p for p in check_steps(full, requests, SCENARIO))
+
+
+def test_violation_lists_every_problem(logs):
+    requests, steps = logs
+    with pytest.raises(InvariantViolation, match=r"broke 1 of its invariants .*KV blocks not conserved on replica 0"):
+        check_run(requests, steps, SCENARIO, [ReplicaEndState(5, 4)])
