@@ -26,6 +26,7 @@ from clustersim.config.scenario import Scenario
 from clustersim.cost.base import CostModel
 from clustersim.errors import ConfigError
 from clustersim.eventlog import RunLog
+from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.metrics import summarize
 from clustersim.registry import default_registries
 from clustersim.replica.policies import BatchLimits
@@ -184,20 +185,32 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
     log = RunLog(out_dir, scenario_metadata(scenario))
     env = CountingEnvironment()
     try:
-        makespan_s, _ = simulate(scenario, resources, log, env)
+        makespan_s, replicas = simulate(scenario, resources, log, env)
     except BaseException as exc:
         log.abort()
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
         raise
     log.close()
+    requests_table = pq.read_table(log.requests.path)
+    steps_table = pq.read_table(log.steps.path)
+    try:
+        check_run(
+            requests_table,
+            steps_table,
+            scenario,
+            [ReplicaEndState(r.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas],
+        )
+    except InvariantViolation as exc:
+        incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
+        raise
     summary = {
         "scenario": scenario.name,
         "seed": scenario.seed,
         "clustersim_version": __version__,
         "kv_blocks_per_replica": resources.num_kv_blocks,
         **summarize(
-            pq.read_table(log.requests.path),
-            pq.read_table(log.steps.path),
+            requests_table,
+            steps_table,
             makespan_s,
             scenario.cluster.num_replicas,
             scenario.slo,
