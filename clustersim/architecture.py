@@ -7,14 +7,33 @@ per run from the validated profiles (units converted exactly once, here).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
+
+Precision = Literal["bf16", "fp16", "fp8", "fp4"]
+BYTES_PER_ELEMENT: dict[Precision, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+
+def precision_of_bytes(num_bytes: float) -> Precision:
+    """The precision a model profile's ``weight_bytes_per_param`` stands for."""
+    for name, size in BYTES_PER_ELEMENT.items():
+        if size == num_bytes:
+            return name
+    raise ValueError(f"no precision stores {num_bytes} bytes per element")
 
 
 @dataclass(frozen=True, slots=True)
 class ModelShape:
-    """A dense decoder-only transformer in numbers."""
+    """A decoder-only transformer in numbers: dense or mixture-of-experts, standard or latent attention.
+
+    ``num_experts == 0`` means every layer has a dense MLP of ``intermediate_size``. With experts,
+    the first ``num_dense_layers`` layers are dense and the rest route each token to
+    ``num_experts_per_token`` of ``num_experts`` experts of ``moe_intermediate_size`` (plus
+    ``num_shared_experts`` always-on experts). ``kv_lora_rank > 0`` means multi-head latent attention:
+    the KV cache holds one compressed vector of ``kv_lora_rank + qk_rope_head_dim`` per token and layer.
+    """
 
     name: str
     num_layers: int
@@ -29,9 +48,40 @@ class ModelShape:
     max_model_len_tokens: int
     weight_bytes_per_param: float
     kv_bytes_per_element: float
+    activation_bytes_per_element: float = 2.0
+    weight_precision: Precision = "bf16"
+    qkv_bias: bool = False
+    num_experts: int = 0
+    num_experts_per_token: int = 0
+    num_shared_experts: int = 0
+    moe_intermediate_size: int = 0
+    num_dense_layers: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     @classmethod
-    def from_profile(cls, profile: ModelProfile) -> ModelShape:
+    def from_profile(
+        cls,
+        profile: ModelProfile,
+        weight_precision: Precision | None = None,
+        kv_cache_precision: Precision | None = None,
+    ) -> ModelShape:
+        """The model as profiled, optionally served with other weight or KV-cache precisions.
+
+        Without overrides, weights keep the profile's ``weight_bytes_per_param`` and the KV cache is
+        16-bit (the activation type), as vLLM's ``kv_cache_dtype: auto`` does.
+        """
+        native = precision_of_bytes(profile.weight_bytes_per_param.value)
+        weights = weight_precision or native
+        kv = kv_cache_precision or "bf16"
+
+        def opt(value: object, default: int = 0) -> int:
+            cited = getattr(profile, str(value))
+            return default if cited is None else int(cited.value)
+
         return cls(
             name=profile.name,
             num_layers=profile.num_layers.value,
@@ -44,54 +94,188 @@ class ModelShape:
             gated_mlp=profile.gated_mlp.value,
             tied_embeddings=profile.tied_embeddings.value,
             max_model_len_tokens=profile.max_model_len_tokens.value,
-            weight_bytes_per_param=profile.weight_bytes_per_param.value,
-            kv_bytes_per_element=profile.weight_bytes_per_param.value,
+            weight_bytes_per_param=BYTES_PER_ELEMENT[weights],
+            kv_bytes_per_element=BYTES_PER_ELEMENT[kv],
+            weight_precision=weights,
+            qkv_bias=bool(profile.qkv_bias.value) if profile.qkv_bias is not None else False,
+            num_experts=opt("num_experts"),
+            num_experts_per_token=opt("num_experts_per_token"),
+            num_shared_experts=opt("num_shared_experts"),
+            moe_intermediate_size=opt("moe_intermediate_size"),
+            num_dense_layers=opt("num_dense_layers"),
+            q_lora_rank=opt("q_lora_rank"),
+            kv_lora_rank=opt("kv_lora_rank"),
+            qk_nope_head_dim=opt("qk_nope_head_dim"),
+            qk_rope_head_dim=opt("qk_rope_head_dim"),
+            v_head_dim=opt("v_head_dim"),
         )
+
+    def with_precision(self, weights: Precision | None, kv_cache: Precision | None) -> ModelShape:
+        """The same model with other weight and/or KV-cache precisions (``None`` keeps the current one)."""
+        shape = self
+        if weights is not None:
+            shape = replace(shape, weight_precision=weights, weight_bytes_per_param=BYTES_PER_ELEMENT[weights])
+        if kv_cache is not None:
+            shape = replace(shape, kv_bytes_per_element=BYTES_PER_ELEMENT[kv_cache])
+        return shape
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_mlp_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
 
     @property
     def q_dim(self) -> int:
+        """Query width: heads x head dim (MLA: heads x (no-position + rotary) dims)."""
+        if self.is_mla:
+            return self.num_attention_heads * (self.qk_nope_head_dim + self.qk_rope_head_dim)
         return self.num_attention_heads * self.head_dim
 
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def attention_out_dim(self) -> int:
+        """Width of the attention output that enters the O projection."""
+        if self.is_mla:
+            return self.num_attention_heads * self.v_head_dim
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_cache_elements_per_token_per_layer(self) -> int:
+        """Elements one token stores per layer (K and V; MLA: the compressed latent and the rotary key)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_dim
+
+    # ------------------------------------------------------------------ parameters
     def attention_params_per_layer(self) -> int:
-        """Q, K, V and O projection weights of one layer."""
+        """Attention projection weights (and QKV biases) of one layer.
+
+        Standard: Q, K, V and O. MLA: the query down/up projections (with the low-rank norm), the joint
+        KV down projection (latent + rotary key, with its norm), the KV up projection and O.
+        """
         d = self.hidden_size
-        return d * self.q_dim + 2 * d * self.kv_dim + self.q_dim * d
+        if self.is_mla:
+            heads = self.num_attention_heads
+            q = d * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.q_dim
+            kv_down = d * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            kv_up = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q + kv_down + kv_up + self.attention_out_dim * d
+        bias = self.q_dim + 2 * self.kv_dim if self.qkv_bias else 0
+        return d * self.q_dim + 2 * d * self.kv_dim + bias + self.q_dim * d
+
+    def mlp_params(self, intermediate_size: int) -> int:
+        """Up (and gate, if gated) and down projection weights of one MLP of ``intermediate_size``."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * intermediate_size
 
     def mlp_params_per_layer(self) -> int:
-        """Up (and gate, if gated) and down projection weights of one layer."""
-        return (3 if self.gated_mlp else 2) * self.hidden_size * self.intermediate_size
+        """Weights of one dense layer's MLP."""
+        return self.mlp_params(self.intermediate_size)
+
+    def expert_params(self) -> int:
+        """Weights of one routed (or shared) expert."""
+        return self.mlp_params(self.moe_intermediate_size)
+
+    def router_params(self) -> int:
+        """The gate that scores every expert for each token (DeepSeek-V3 adds a per-expert bias)."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.is_mla else 0)
+
+    def moe_layer_params(self, num_routed_experts: float) -> float:
+        """MLP-side weights of one MoE layer holding ``num_routed_experts`` routed experts."""
+        return (num_routed_experts + self.num_shared_experts) * self.expert_params() + self.router_params()
 
     def layer_linear_params(self) -> int:
-        """All GEMM weights of one layer (norm weights excluded: see :meth:`num_params`)."""
+        """GEMM weights of one dense layer (norm weights excluded: see :meth:`num_params`)."""
         return self.attention_params_per_layer() + self.mlp_params_per_layer()
 
-    def num_params(self) -> int:
-        """Total parameters: layers (GEMMs and two RMSNorms each), final norm, embedding and LM head."""
+    def _layers_params(self, num_routed_experts: float) -> float:
         d = self.hidden_size
-        per_layer = self.layer_linear_params() + 2 * d
-        embeddings = self.vocab_size * d * (1 if self.tied_embeddings else 2)
-        return self.num_layers * per_layer + d + embeddings
+        dense = self.num_dense_mlp_layers * (self.attention_params_per_layer() + self.mlp_params_per_layer() + 2 * d)
+        moe = self.num_moe_layers * (
+            self.attention_params_per_layer() + self.moe_layer_params(num_routed_experts) + 2 * d
+        )
+        return dense + moe
+
+    def embedding_params(self) -> int:
+        """Input embedding and LM head (one matrix if tied)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+
+    def num_params(self) -> int:
+        """Total parameters: layers (GEMMs, router, two RMSNorms each), final norm, embedding and LM head."""
+        return round(self._layers_params(self.num_experts)) + self.hidden_size + self.embedding_params()
+
+    def num_active_params(self) -> int:
+        """Parameters one token uses: dense models all of them, MoE only its top-k routed experts."""
+        if not self.is_moe:
+            return self.num_params()
+        return round(self._layers_params(self.num_experts_per_token)) + self.hidden_size + self.embedding_params()
 
     def weight_bytes(self) -> float:
         """Bytes of all weights of one model copy."""
         return self.num_params() * self.weight_bytes_per_param
 
     def kv_bytes_per_token(self) -> float:
-        """KV-cache bytes one token occupies over all layers (K and V) on one model copy."""
-        return 2.0 * self.num_layers * self.kv_dim * self.kv_bytes_per_element
+        """KV-cache bytes one token occupies over all layers on one model copy."""
+        return self.num_layers * self.kv_cache_elements_per_token_per_layer * self.kv_bytes_per_element
 
     def kv_heads_per_gpu(self, tensor_parallel: int) -> float:
         """KV heads each GPU stores: sharded, or replicated when there are fewer heads than GPUs."""
         return max(1.0, self.num_kv_heads / tensor_parallel)
 
+    def layers_per_stage(self, pipeline_parallel: int) -> int:
+        """Layers on the most loaded pipeline stage."""
+        return -(-self.num_layers // pipeline_parallel)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """A serving engine's per-step costs on top of the kernels, in seconds.
+
+    The fixed per-step time lives on :class:`GpuSpec` (``step_overhead_s``), where it always was.
+    """
+
+    per_seq_overhead_s: float = 0.0
+    launch_overhead_per_layer_eager_s: float = 0.0
+    launch_overhead_per_layer_graph_s: float = 0.0
+    cuda_graph_max_seqs: int = 0
+    sampling_per_seq_s: float = 0.0
+
+    @classmethod
+    def from_profile(cls, engine: EngineProfile) -> EngineSpec:
+        def opt(cited: object) -> float:
+            value = getattr(cited, "value", None)
+            return 0.0 if value is None else float(value)
+
+        return cls(
+            per_seq_overhead_s=opt(engine.per_seq_overhead_s),
+            launch_overhead_per_layer_eager_s=opt(engine.launch_overhead_per_layer_eager_s),
+            launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
+            cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
+            sampling_per_seq_s=opt(engine.sampling_per_seq_s),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
-    """One GPU and the serving engine on it, in numbers."""
+    """One GPU and the serving engine on it, in numbers.
+
+    The fields after ``step_overhead_s`` default to an ideal device (no kernel latency, a sharp
+    roofline, attention as efficient as GEMMs), so a hand-built spec prices the textbook roofline.
+    """
 
     name: str
     memory_bytes: float
@@ -102,9 +286,33 @@ class GpuSpec:
     compute_efficiency_frac: float
     memory_efficiency_frac: float
     step_overhead_s: float
+    peak_fp8_flops_per_s: float | None = None
+    peak_fp4_flops_per_s: float | None = None
+    interconnect_efficiency_frac: float = 1.0
+    pcie_bandwidth_bytes_per_s: float | None = None
+    hourly_price_usd: float | None = None
+    gemm_kernel_latency_s: float = 0.0
+    roofline_blend_exponent: float = math.inf
+    elementwise_kernel_latency_s: float = 0.0
+    decode_attention_memory_efficiency_frac: float | None = None
+    decode_attention_latency_s: float = 0.0
+    decode_attention_half_occupancy_seqs: float = 0.0
+    prefill_attention_compute_efficiency_frac: float | None = None
+    prefill_attention_latency_s: float = 0.0
+    engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
     def from_profiles(cls, hardware: HardwareProfile, engine: EngineProfile) -> GpuSpec:
+        def opt(cited: object, default: float | None) -> float | None:
+            value = getattr(cited, "value", None)
+            return default if value is None else float(value)
+
+        def num(cited: object, default: float) -> float:
+            value = opt(cited, default)
+            assert value is not None
+            return value
+
+        engine_spec = EngineSpec.from_profile(engine)
         return cls(
             name=hardware.name,
             memory_bytes=hardware.memory_bytes.value,
@@ -115,7 +323,33 @@ class GpuSpec:
             compute_efficiency_frac=hardware.compute_efficiency_frac.value,
             memory_efficiency_frac=hardware.memory_efficiency_frac.value,
             step_overhead_s=engine.step_overhead_s.value,
+            peak_fp8_flops_per_s=hardware.peak_fp8_flops_per_s.value,
+            peak_fp4_flops_per_s=opt(hardware.peak_fp4_flops_per_s, None),
+            interconnect_efficiency_frac=num(hardware.interconnect_efficiency_frac, 1.0),
+            pcie_bandwidth_bytes_per_s=opt(hardware.pcie_bandwidth_bytes_per_s, None),
+            hourly_price_usd=opt(hardware.hourly_price_usd, None),
+            gemm_kernel_latency_s=num(hardware.gemm_kernel_latency_s, 0.0),
+            roofline_blend_exponent=num(hardware.roofline_blend_exponent, math.inf),
+            elementwise_kernel_latency_s=num(hardware.elementwise_kernel_latency_s, 0.0),
+            decode_attention_memory_efficiency_frac=opt(hardware.decode_attention_memory_efficiency_frac, None),
+            decode_attention_latency_s=num(hardware.decode_attention_latency_s, 0.0),
+            decode_attention_half_occupancy_seqs=num(hardware.decode_attention_half_occupancy_seqs, 0.0),
+            prefill_attention_compute_efficiency_frac=opt(hardware.prefill_attention_compute_efficiency_frac, None),
+            prefill_attention_latency_s=num(hardware.prefill_attention_latency_s, 0.0),
+            engine=engine_spec,
         )
+
+    def gemm_peak_flops_per_s(self, precision: Precision) -> float:
+        """Tensor-core peak for GEMMs with ``precision`` weights (and activations quantized to match).
+
+        FP8 and FP4 GEMMs use their own peaks where the GPU has them; otherwise the weights are
+        dequantized and the GEMM runs at the 16-bit peak (weight-only quantization).
+        """
+        if precision == "fp4" and self.peak_fp4_flops_per_s is not None:
+            return self.peak_fp4_flops_per_s
+        if precision in ("fp4", "fp8") and self.peak_fp8_flops_per_s is not None:
+            return self.peak_fp8_flops_per_s
+        return self.peak_flops_per_s
 
 
 def blocks_for_tokens(num_tokens: int, block_size_tokens: int) -> int:
@@ -123,25 +357,64 @@ def blocks_for_tokens(num_tokens: int, block_size_tokens: int) -> int:
     return -(-num_tokens // block_size_tokens)
 
 
-def weight_bytes_per_gpu(model: ModelShape, tensor_parallel: int) -> float:
-    """Each GPU holds a 1/TP shard of the weights."""
-    return model.weight_bytes() / tensor_parallel
+def weight_bytes_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_parallel: int = 1) -> float:
+    """Weight bytes on each GPU: a 1/TP shard of the model, or of the most loaded pipeline stage.
+
+    With pipeline parallelism the first stage holds the embedding and the last the LM head; both
+    are counted on the same (worst) stage, a small over-estimate.
+    """
+    if pipeline_parallel == 1:
+        return model.weight_bytes() / tensor_parallel
+    layers_share = model.layers_per_stage(pipeline_parallel) / model.num_layers
+    layer_params = model.num_params() - model.embedding_params() - model.hidden_size
+    stage_params = layers_share * layer_params + model.embedding_params() + model.hidden_size
+    return stage_params * model.weight_bytes_per_param / tensor_parallel
 
 
-def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int) -> float:
-    """KV bytes per token on each GPU of a TP group (KV heads sharded or replicated)."""
-    return (
-        2.0 * model.num_layers * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
-    )
+def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_parallel: int = 1) -> float:
+    """KV bytes per token on each GPU of a TP group (all its stage's layers).
+
+    Standard attention shards KV heads over TP (replicating them when there are fewer heads than
+    GPUs); MLA's compressed latent is replicated on every GPU of the group.
+    """
+    layers = model.layers_per_stage(pipeline_parallel)
+    if model.is_mla:
+        return layers * model.kv_cache_elements_per_token_per_layer * model.kv_bytes_per_element
+    return 2.0 * layers * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
+
+
+def activation_reserve_bytes(model: ModelShape, tensor_parallel: int, max_num_batched_tokens: int) -> float:
+    """Memory the engine keeps free for one forward pass of ``max_num_batched_tokens`` tokens on one GPU.
+
+    The largest live tensors of a layer: the residual stream and normed input (2 x hidden), the QKV
+    output, and the gate/up output with the activated product (3 x intermediate / TP); plus
+    float32 logits for up to 256 sampled sequences. vLLM sizes this by a profiling forward pass;
+    this is its analytic equivalent.
+    """
+    ffn = model.moe_intermediate_size * max(1, model.num_experts_per_token) if model.is_moe else 0
+    ffn = max(ffn, model.intermediate_size)
+    per_token = 2 * model.hidden_size + (model.q_dim + 2 * model.kv_dim) / tensor_parallel + 3 * ffn / tensor_parallel
+    logits = min(256, max_num_batched_tokens) * model.vocab_size / tensor_parallel * 4.0
+    return max_num_batched_tokens * per_token * model.activation_bytes_per_element + logits
 
 
 def kv_capacity_blocks(
-    model: ModelShape, gpu: GpuSpec, tensor_parallel: int, gpu_memory_frac: float, block_size_tokens: int
+    model: ModelShape,
+    gpu: GpuSpec,
+    tensor_parallel: int,
+    gpu_memory_frac: float,
+    block_size_tokens: int,
+    pipeline_parallel: int = 1,
+    reserve_bytes: float = 0.0,
 ) -> int:
-    """Paged KV blocks one replica holds: (memory x usable fraction - weight shard) / block bytes.
+    """Paged KV blocks one replica holds: (memory x usable fraction - weight shard - reserve) / block bytes.
 
     May be zero or negative when the weights alone do not fit; callers report that.
     """
-    free_bytes = gpu.memory_bytes * gpu_memory_frac - weight_bytes_per_gpu(model, tensor_parallel)
-    block_bytes = kv_bytes_per_token_per_gpu(model, tensor_parallel) * block_size_tokens
+    free_bytes = (
+        gpu.memory_bytes * gpu_memory_frac
+        - weight_bytes_per_gpu(model, tensor_parallel, pipeline_parallel)
+        - reserve_bytes
+    )
+    block_bytes = kv_bytes_per_token_per_gpu(model, tensor_parallel, pipeline_parallel) * block_size_tokens
     return math.floor(free_bytes / block_bytes)

@@ -16,6 +16,7 @@ from clustersim import __version__
 from clustersim.architecture import (
     GpuSpec,
     ModelShape,
+    activation_reserve_bytes,
     kv_bytes_per_token_per_gpu,
     kv_capacity_blocks,
     weight_bytes_per_gpu,
@@ -24,6 +25,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import Scenario
 from clustersim.cost.base import CostModel
+from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
@@ -63,30 +65,55 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
     hardware = catalogue.hardware(cluster.hardware, source)
     model_profile = catalogue.model(cluster.model, source)
     engine = catalogue.engine(cluster.engine, source)
-    model = ModelShape.from_profile(model_profile)
+    model = ModelShape.from_profile(model_profile, cluster.weight_precision, cluster.kv_cache_precision)
     gpu = GpuSpec.from_profiles(hardware, engine)
-    tp = cluster.tensor_parallel
+    tp, pp = cluster.tensor_parallel, cluster.pipeline_parallel
     if model.num_attention_heads % tp:
         raise ConfigError(
             source,
             "cluster.tensor_parallel",
             f"{tp} does not divide {model.name}'s {model.num_attention_heads} attention heads",
         )
-    num_blocks = kv_capacity_blocks(model, gpu, tp, scenario.kv.gpu_memory_frac, scenario.kv.block_size_tokens)
-    if num_blocks < 1:
-        usable = gpu.memory_bytes * scenario.kv.gpu_memory_frac
+    if pp > model.num_layers:
+        raise ConfigError(
+            source, "cluster.pipeline_parallel", f"{pp} stages for {model.name}'s {model.num_layers} layers"
+        )
+    usable = gpu.memory_bytes * scenario.kv.gpu_memory_frac
+    weights = weight_bytes_per_gpu(model, tp, pp)
+    block = kv_bytes_per_token_per_gpu(model, tp, pp) * scenario.kv.block_size_tokens
+    where = f"tensor_parallel {tp}" + (f" x pipeline_parallel {pp}" if pp > 1 else "")
+    if kv_capacity_blocks(model, gpu, tp, scenario.kv.gpu_memory_frac, scenario.kv.block_size_tokens, pp) < 1:
         raise ConfigError(
             source,
             "cluster.tensor_parallel",
-            f"{model.name} does not fit on {gpu.name} at tensor_parallel {tp}: weights need "
-            f"{weight_bytes_per_gpu(model, tp) / GIB:.1f} GiB per GPU plus one KV block "
-            f"({kv_bytes_per_token_per_gpu(model, tp) * scenario.kv.block_size_tokens / GIB:.3f} GiB); "
+            f"{model.name} does not fit on {gpu.name} at {where}: weights need "
+            f"{weights / GIB:.1f} GiB per GPU plus one KV block ({block / GIB:.3f} GiB); "
             f"{usable / GIB:.1f} GiB usable ({scenario.kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)",
+        )
+    # activations live first in the memory outside gpu_memory_frac (SGLang's mem_fraction_static
+    # semantics: weights + KV inside it, activations and CUDA-graph buffers outside); only the
+    # excess eats into the KV cache
+    activations = activation_reserve_bytes(model, tp, scenario.scheduler.max_num_batched_tokens)
+    reserve = max(0.0, activations - gpu.memory_bytes * (1.0 - scenario.kv.gpu_memory_frac))
+    num_blocks = kv_capacity_blocks(
+        model, gpu, tp, scenario.kv.gpu_memory_frac, scenario.kv.block_size_tokens, pp, reserve
+    )
+    if num_blocks < 1 and scenario.kv.num_blocks is None:
+        raise ConfigError(
+            source,
+            "cluster.tensor_parallel",
+            f"{model.name} does not fit on {gpu.name} at {where}: weights need {weights / GIB:.1f} GiB per GPU, "
+            f"activations for {scenario.scheduler.max_num_batched_tokens} batched tokens {activations / GIB:.1f} GiB "
+            f"({reserve / GIB:.1f} GiB beyond the {1 - scenario.kv.gpu_memory_frac:.2f} headroom) "
+            f"and one KV block {block / GIB:.3f} GiB; {usable / GIB:.1f} GiB usable "
+            f"({scenario.kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)",
         )
     if scenario.kv.num_blocks is not None:
         num_blocks = scenario.kv.num_blocks
     costs, _ = default_registries()
     cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
+    if isinstance(cost_model, RooflineCostModel) and pp > 1:
+        cost_model = RooflineCostModel(model, gpu, tp, pp)
     return ReplicaResources(model, gpu, tp, num_blocks, cost_model)
 
 

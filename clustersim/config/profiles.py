@@ -19,7 +19,11 @@ class Cited(StrictModel, Generic[T]):
 
 
 class HardwareProfile(StrictModel):
-    """One GPU: datasheet peaks and the achievable fractions measured on it."""
+    """One GPU: datasheet peaks, links, the achievable fractions measured on it, and a planning price.
+
+    The efficiencies and latencies under "calibrated" are fitted by ``clustersim validate-cost`` on
+    measured kernel times; each source says which rows and what error the fit reached.
+    """
 
     name: str
     aliases: tuple[str, ...] = ()
@@ -27,14 +31,32 @@ class HardwareProfile(StrictModel):
     hbm_bandwidth_bytes_per_s: Cited[float]
     peak_bf16_flops_per_s: Cited[float]
     peak_fp8_flops_per_s: Cited[float | None]
+    peak_fp4_flops_per_s: Cited[float | None] | None = None
     interconnect_bandwidth_bytes_per_s: Cited[float]
     interconnect_latency_s: Cited[float]
+    interconnect_efficiency_frac: Cited[float] | None = None
+    pcie_bandwidth_bytes_per_s: Cited[float] | None = None
+    hourly_price_usd: Cited[float] | None = None
+    # calibrated: dense GEMMs
     compute_efficiency_frac: Cited[float]
     memory_efficiency_frac: Cited[float]
+    gemm_kernel_latency_s: Cited[float] | None = None
+    roofline_blend_exponent: Cited[float] | None = None
+    # calibrated: element-wise kernels and attention
+    elementwise_kernel_latency_s: Cited[float] | None = None
+    decode_attention_memory_efficiency_frac: Cited[float] | None = None
+    decode_attention_latency_s: Cited[float] | None = None
+    decode_attention_half_occupancy_seqs: Cited[float] | None = None
+    prefill_attention_compute_efficiency_frac: Cited[float] | None = None
+    prefill_attention_latency_s: Cited[float] | None = None
 
 
 class ModelProfile(StrictModel):
-    """A decoder-only transformer's architecture, as in its ``config.json``."""
+    """A decoder-only transformer's architecture, as in its ``config.json``.
+
+    Mixture-of-experts fields (``num_experts`` ...) and multi-head latent attention fields
+    (``kv_lora_rank`` ...) are absent for dense, standard-attention models.
+    """
 
     name: str
     aliases: tuple[str, ...] = ()
@@ -51,11 +73,34 @@ class ModelProfile(StrictModel):
     max_model_len_tokens: Cited[int]
     weight_bytes_per_param: Cited[float]
     published_params: Cited[float]
+    qkv_bias: Cited[bool] | None = None
+    published_active_params: Cited[float] | None = None
+    # mixture of experts
+    num_experts: Cited[int] | None = None
+    num_experts_per_token: Cited[int] | None = None
+    num_shared_experts: Cited[int] | None = None
+    moe_intermediate_size: Cited[int] | None = None
+    num_dense_layers: Cited[int] | None = None
+    # multi-head latent attention (DeepSeek-V2/V3)
+    q_lora_rank: Cited[int] | None = None
+    kv_lora_rank: Cited[int] | None = None
+    qk_nope_head_dim: Cited[int] | None = None
+    qk_rope_head_dim: Cited[int] | None = None
+    v_head_dim: Cited[int] | None = None
 
 
 class EngineProfile(StrictModel):
-    """What a serving engine adds to every step on top of the GPU kernels."""
+    """What a serving engine adds to every step on top of the GPU kernels.
+
+    A step pays ``step_overhead_s + num_seqs x per_seq_overhead_s + num_layers x launch overhead
+    (CUDA-graph or eager) + num_sampled_seqs x sampling_per_seq_s``.
+    """
 
     name: str
     aliases: tuple[str, ...] = ()
     step_overhead_s: Cited[float]
+    per_seq_overhead_s: Cited[float] | None = None
+    launch_overhead_per_layer_eager_s: Cited[float] | None = None
+    launch_overhead_per_layer_graph_s: Cited[float] | None = None
+    cuda_graph_max_seqs: Cited[int] | None = None
+    sampling_per_seq_s: Cited[float] | None = None

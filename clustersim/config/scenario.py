@@ -131,13 +131,20 @@ class Workload(StrictModel):
 
 # ----------------------------------------------------------------------------- cluster
 class Cluster(StrictModel):
-    """Identical replicas; each is one model instance over ``tensor_parallel`` GPUs."""
+    """Identical replicas; each is one model instance over ``tensor_parallel x pipeline_parallel`` GPUs.
+
+    ``weight_precision`` / ``kv_cache_precision`` override the model's own (``None``: weights as
+    published, a 16-bit KV cache); FP8/FP4 weights also run GEMMs at the GPU's FP8/FP4 peak.
+    """
 
     num_replicas: PositiveInt = 1
     hardware: str
     model: str
     tensor_parallel: PositiveInt = 1
+    pipeline_parallel: PositiveInt = 1
     engine: str = "vllm"
+    weight_precision: Literal["bf16", "fp16", "fp8", "fp4"] | None = None
+    kv_cache_precision: Literal["bf16", "fp16", "fp8"] | None = None
 
 
 class RoundRobinRouter(StrictModel):

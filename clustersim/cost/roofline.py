@@ -1,35 +1,64 @@
-"""A roofline step-time model: each op group costs max(compute time, memory time).
+"""A roofline step-time model with a per-op-group breakdown.
 
-For one replica of ``tensor_parallel`` GPUs, per step:
+One step of one replica (``tensor_parallel`` x ``pipeline_parallel`` GPUs) costs the sum of:
 
-* ``linear``: QKV/O/MLP GEMMs of every layer. FLOPs ``2 x tokens x params``; bytes are the
-  weight shard plus the activations read and written.
-* ``lm_head``: logits for each sequence that emits a token this step.
-* ``attention_prefill``: causal attention of each prefill chunk over its prior context and
-  itself; reads the prior KV and writes the new KV.
-* ``attention_decode``: each decode sequence reads its whole KV cache.
-* ``all_reduce``: two per layer (after attention and after the MLP) when TP > 1, ring
-  algorithm: ``latency + 2(n-1)/n x message / link bandwidth``.
-* ``overhead``: the engine's fixed per-step time.
+* ``linear``: the attention projections (QKV/O, or MLA's low-rank ones) of every layer and the
+  MLPs of dense layers. Each GEMM costs ``kernel latency + blend(compute, memory)``.
+* ``moe``: router, shared experts and the routed experts of MoE layers (only the experts the
+  batch touches are read).
+* ``elementwise``: norms, residual adds, rotary embedding, MLP activation (memory-bound kernels).
+* ``embedding`` and ``lm_head``: once per step (the LM head only for sequences that sample).
+* ``attention_prefill``: causal attention of prefill chunks over prior context and themselves.
+* ``attention_decode``: every decode sequence reads its KV cache; per layer
+  ``latency + max(compute, memory / occupancy(num_seqs))``.
+* ``all_reduce``: two per layer when TP > 1, ring: ``latency + 2(n-1)/n x message / link bandwidth``.
+* ``pp_send_recv``: activations handed between consecutive pipeline stages.
+* ``overhead``: the engine (fixed CPU time, per-sequence scheduling, launches, sampling).
 
-Compute time is FLOPs / (peak x compute efficiency); memory time is bytes / (HBM bandwidth x
-memory efficiency); the step is the sum over groups (kernels run one after another).
+``compute = FLOPs / (peak x efficiency)`` (the FP8/FP4 peak for FP8/FP4 weights),
+``memory = bytes / (bandwidth x efficiency)``, and ``blend(c, m) = (c^p + m^p)^(1/p)``, which is the
+sharp roofline ``max(c, m)`` for ``p = inf`` and smooths the knee for a fitted finite ``p``.
+
+Pipeline parallelism: the replica has one batch in flight, which crosses every stage in turn, so a
+step costs the sum of all stages' work plus ``pp - 1`` activation hand-offs; while one stage works
+the others idle (a bubble of ``(pp - 1) / pp`` of the GPU time). This is the latency of one
+micro-batch, not the throughput of a filled pipeline: it under-states PP throughput when an engine
+keeps ``pp`` batches in flight, and is exact for a replica that does not.
+
+Kernels run one after another (no overlap between groups); the engine overhead is added, not
+hidden behind GPU work.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from clustersim.architecture import GpuSpec, ModelShape, kv_bytes_per_token_per_gpu
+from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.cost.base import DecodeStepShape, StepBatch
+from clustersim.cost.ops import (
+    Gemm,
+    Work,
+    attention_gemms,
+    decode_attention_work,
+    elementwise_work,
+    embedding_work,
+    lm_head_gemm,
+    lm_head_logits_bytes,
+    mlp_gemms,
+    moe_dense_gemms,
+    moe_experts_work,
+    prefill_attention_work,
+)
 
 Bound = Literal["compute", "memory", "latency", "fixed"]
 
 
 @dataclass(frozen=True, slots=True)
 class OpCost:
-    """One op group of one step on one GPU of the replica."""
+    """One op group of one step on one GPU of the replica (summed over layers and stages)."""
 
     name: str
     flops: float
@@ -52,67 +81,98 @@ class StepCost:
         raise KeyError(name)
 
 
-def _roofline(name: str, flops: float, num_bytes: float, gpu: GpuSpec) -> OpCost:
-    compute_s = flops / (gpu.peak_flops_per_s * gpu.compute_efficiency_frac)
+def blend_s(compute_s: float, memory_s: float, exponent: float) -> float:
+    """``(c^p + m^p)^(1/p)``: ``max(c, m)`` for ``p = inf``, between max and sum otherwise."""
+    if math.isinf(exponent):
+        return max(compute_s, memory_s)
+    top = max(compute_s, memory_s)
+    if top == 0.0:
+        return 0.0
+    return float(top * ((compute_s / top) ** exponent + (memory_s / top) ** exponent) ** (1.0 / exponent))
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    flops: float
+    bytes: float
+    time_s: float
+    compute_s: float
+    memory_s: float
+
+
+def _kernels(name: str, parts: Iterable[_Timed], count: float = 1.0, bound: Bound | None = None) -> OpCost:
+    flops = num_bytes = time_s = compute_s = memory_s = 0.0
+    for part in parts:
+        flops += part.flops
+        num_bytes += part.bytes
+        time_s += part.time_s
+        compute_s += part.compute_s
+        memory_s += part.memory_s
+    chosen: Bound = bound or ("compute" if compute_s >= memory_s else "memory")
+    return OpCost(name, count * flops, count * num_bytes, count * time_s, chosen)
+
+
+def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
+    """One GEMM: kernel latency plus the blended roofline at the weights' GEMM peak."""
+    flops = gemm.flops()
+    num_bytes = gemm.bytes(model.weight_bytes_per_param, model.activation_bytes_per_element)
+    compute_s = flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac)
     memory_s = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
-    if compute_s >= memory_s:
-        return OpCost(name, flops, num_bytes, compute_s, "compute")
-    return OpCost(name, flops, num_bytes, memory_s, "memory")
+    time_s = gpu.gemm_kernel_latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
+    return _Timed(flops, num_bytes, time_s, compute_s, memory_s)
 
 
-def linear_flops_and_bytes(num_tokens: int, model: ModelShape, tensor_parallel: int) -> tuple[float, float]:
-    """FLOPs and bytes of all layers' GEMMs for ``num_tokens`` tokens on one GPU."""
-    tp = tensor_parallel
-    b = model.weight_bytes_per_param
-    d, ffn = model.hidden_size, model.intermediate_size
-    params = model.num_layers * model.layer_linear_params()
-    flops = 2.0 * num_tokens * params / tp
-    # activations in and out of the QKV, O, up(+gate) and down GEMMs; the outer dims are sharded
-    act_per_token = (
-        (d + (model.q_dim + 2 * model.kv_dim) / tp)
-        + (model.q_dim / tp + d)
-        + (d + (2 if model.gated_mlp else 1) * ffn / tp)
-        + (ffn / tp + d)
+def _grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
+    """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched."""
+    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac)
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
+    return _Timed(
+        work.flops,
+        work.bytes,
+        latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent),
+        compute_s,
+        memory_s,
     )
-    num_bytes = params * b / tp + model.num_layers * num_tokens * act_per_token * b
-    return flops, num_bytes
 
 
-def lm_head_flops_and_bytes(num_seqs: int, model: ModelShape, tensor_parallel: int) -> tuple[float, float]:
-    """Logits for ``num_seqs`` positions (one per sequence that samples a token)."""
-    d, v, b = model.hidden_size, model.vocab_size, model.weight_bytes_per_param
-    flops = 2.0 * num_seqs * d * v / tensor_parallel
-    num_bytes = (d * v + num_seqs * (d + v / tensor_parallel)) * b / tensor_parallel
-    return flops, num_bytes
+def _memory_bound_time(work: Work, gpu: GpuSpec) -> _Timed:
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    return _Timed(work.flops, work.bytes, work.num_kernels * gpu.elementwise_kernel_latency_s + memory_s, 0.0, memory_s)
 
 
-def prefill_attention_flops_and_bytes(
-    new_tokens: tuple[int, ...], context_tokens: tuple[int, ...], model: ModelShape, tensor_parallel: int
-) -> tuple[float, float]:
-    """Causal attention of prefill chunks: each new token attends to the prior context and earlier new tokens."""
-    heads = model.num_attention_heads / tensor_parallel
-    kv_per_token = kv_bytes_per_token_per_gpu(model, tensor_parallel)  # all layers
-    flops = 0.0
-    kv_tokens = 0
-    q_tokens = 0
-    for n, p in zip(new_tokens, context_tokens, strict=True):
-        # QK^T and PV: 2 matmuls x 2 FLOPs per MAC over n x (p + (n+1)/2) positions on average
-        flops += 4.0 * heads * model.head_dim * n * (p + (n + 1) / 2.0)
-        kv_tokens += p + n
-        q_tokens += n
-    flops *= model.num_layers
-    q_and_out_bytes = 2.0 * q_tokens * heads * model.head_dim * model.weight_bytes_per_param * model.num_layers
-    return flops, kv_tokens * kv_per_token + q_and_out_bytes
+def _attention_compute_flops_per_s(gpu: GpuSpec) -> float:
+    efficiency = gpu.prefill_attention_compute_efficiency_frac or gpu.compute_efficiency_frac
+    return gpu.peak_flops_per_s * efficiency
 
 
-def decode_attention_flops_and_bytes(
-    num_seqs: int, context_tokens: int, model: ModelShape, tensor_parallel: int
-) -> tuple[float, float]:
-    """Decode attention: every sequence reads its KV cache (``context_tokens`` summed over sequences)."""
-    heads = model.num_attention_heads / tensor_parallel
-    flops = 4.0 * heads * model.head_dim * context_tokens * model.num_layers
-    q_and_out_bytes = 2.0 * num_seqs * heads * model.head_dim * model.weight_bytes_per_param * model.num_layers
-    return flops, context_tokens * kv_bytes_per_token_per_gpu(model, tensor_parallel) + q_and_out_bytes
+def decode_attention_rates(num_seqs: int, gpu: GpuSpec) -> tuple[float, float]:
+    """FLOP/s and bytes/s decode attention reaches with ``num_seqs`` sequences in the batch.
+
+    Bandwidth is scaled by ``n / (n + n_half)``: with few sequences the kernel has too few thread
+    blocks to keep every memory channel busy.
+    """
+    efficiency = gpu.decode_attention_memory_efficiency_frac or gpu.memory_efficiency_frac
+    half = gpu.decode_attention_half_occupancy_seqs
+    occupancy = num_seqs / (num_seqs + half) if num_seqs > 0 else 1.0
+    return _attention_compute_flops_per_s(gpu), gpu.hbm_bandwidth_bytes_per_s * efficiency * occupancy
+
+
+def decode_attention_layer_time(work: Work, num_seqs: int, gpu: GpuSpec) -> _Timed:
+    flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, gpu)
+    compute_s = work.flops / flops_per_s
+    memory_s = work.bytes / bytes_per_s
+    return _Timed(
+        work.flops, work.bytes, gpu.decode_attention_latency_s + max(compute_s, memory_s), compute_s, memory_s
+    )
+
+
+def prefill_attention_layer_time(work: Work, gpu: GpuSpec) -> _Timed:
+    compute_s = work.flops / _attention_compute_flops_per_s(gpu)
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    return _Timed(
+        work.flops, work.bytes, gpu.prefill_attention_latency_s + max(compute_s, memory_s), compute_s, memory_s
+    )
 
 
 def all_reduce_time_s(message_bytes: float, tensor_parallel: int, gpu: GpuSpec) -> float:
@@ -120,61 +180,137 @@ def all_reduce_time_s(message_bytes: float, tensor_parallel: int, gpu: GpuSpec) 
     if tensor_parallel <= 1:
         return 0.0
     ring_factor = 2.0 * (tensor_parallel - 1) / tensor_parallel
-    return gpu.interconnect_latency_s + ring_factor * message_bytes / gpu.interconnect_bandwidth_bytes_per_s
+    bandwidth = gpu.interconnect_bandwidth_bytes_per_s * gpu.interconnect_efficiency_frac
+    return gpu.interconnect_latency_s + ring_factor * message_bytes / bandwidth
 
 
-def price_step(batch: StepBatch, model: ModelShape, gpu: GpuSpec, tensor_parallel: int) -> StepCost:
-    """Price one iteration of ``batch`` on a replica of ``tensor_parallel`` ``gpu``s, with a breakdown."""
-    tp = tensor_parallel
+def send_recv_time_s(message_bytes: float, gpu: GpuSpec) -> float:
+    """One point-to-point hand-off of activations between pipeline stages (same link as all-reduce)."""
+    bandwidth = gpu.interconnect_bandwidth_bytes_per_s * gpu.interconnect_efficiency_frac
+    return gpu.interconnect_latency_s + message_bytes / bandwidth
+
+
+def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> float:
+    """CPU and launch time the engine adds to a step.
+
+    Pure-decode steps of at most ``cuda_graph_max_seqs`` sequences replay a captured CUDA graph
+    (cheap launches); other steps launch every kernel eagerly. Every sequence samples one token.
+    """
+    engine = gpu.engine
+    graphed = not batch.prefill_new_tokens and 0 < batch.num_decode_seqs <= engine.cuda_graph_max_seqs
+    launch_s = engine.launch_overhead_per_layer_graph_s if graphed else engine.launch_overhead_per_layer_eager_s
+    return (
+        gpu.step_overhead_s
+        + batch.num_seqs * (engine.per_seq_overhead_s + engine.sampling_per_seq_s)
+        + model.num_layers * launch_s
+    )
+
+
+def price_step(
+    batch: StepBatch, model: ModelShape, gpu: GpuSpec, tensor_parallel: int, pipeline_parallel: int = 1
+) -> StepCost:
+    """Price one iteration of ``batch`` on a replica of ``tensor_parallel x pipeline_parallel`` GPUs."""
+    tp, pp = tensor_parallel, pipeline_parallel
+    layers = model.num_layers
     ops: list[OpCost] = []
-    num_tokens = batch.num_tokens
-    if num_tokens > 0:
-        ops.append(_roofline("linear", *linear_flops_and_bytes(num_tokens, model, tp), gpu))
-        ops.append(_roofline("lm_head", *lm_head_flops_and_bytes(batch.num_seqs, model, tp), gpu))
+    tokens = batch.num_tokens
+    if tokens > 0:
+        attention = [gemm_time(g, model, gpu) for g in attention_gemms(tokens, model, tp)]
+        dense_mlp = [gemm_time(g, model, gpu) for g in mlp_gemms(tokens, model.intermediate_size, model, tp)]
+        linear = _kernels("linear", attention, layers)
+        if model.num_dense_mlp_layers:
+            mlp = _kernels("linear", dense_mlp, model.num_dense_mlp_layers)
+            linear = _merge("linear", (linear, mlp))
+        ops.append(linear)
+        if model.is_moe:
+            moe_parts = [gemm_time(g, model, gpu) for g in moe_dense_gemms(tokens, model, tp)]
+            moe_parts.append(_grouped_time(moe_experts_work(tokens, model, tp), model, gpu))
+            ops.append(_kernels("moe", moe_parts, model.num_moe_layers))
+        elementwise = [
+            _kernels(
+                "elementwise",
+                [_memory_bound_time(elementwise_work(tokens, model, tp, False), gpu)],
+                model.num_dense_mlp_layers,
+                "memory",
+            ),
+            _kernels(
+                "elementwise",
+                [_memory_bound_time(elementwise_work(tokens, model, tp, True), gpu)],
+                model.num_moe_layers,
+                "memory",
+            ),
+        ]
+        ops.append(_merge("elementwise", elementwise, "memory"))
+        ops.append(_kernels("embedding", [_memory_bound_time(embedding_work(tokens, model), gpu)], 1, "memory"))
+        head = gemm_time(lm_head_gemm(batch.num_seqs, model, tp), model, gpu)
+        logits = lm_head_logits_bytes(batch.num_seqs, model, tp)
+        logits_s = logits / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+        ops.append(
+            _kernels(
+                "lm_head",
+                [head, _Timed(0.0, logits, logits_s, 0.0, logits_s)],
+            )
+        )
     if batch.prefill_new_tokens:
-        flops, num_bytes = prefill_attention_flops_and_bytes(
-            batch.prefill_new_tokens, batch.prefill_context_tokens, model, tp
-        )
-        ops.append(_roofline("attention_prefill", flops, num_bytes, gpu))
+        work = prefill_attention_work(batch.prefill_new_tokens, batch.prefill_context_tokens, model, tp)
+        ops.append(_kernels("attention_prefill", [prefill_attention_layer_time(work, gpu)], layers))
     if batch.num_decode_seqs:
-        flops, num_bytes = decode_attention_flops_and_bytes(
-            batch.num_decode_seqs, batch.decode_context_tokens, model, tp
+        work = decode_attention_work(batch.num_decode_seqs, batch.decode_context_tokens, model, tp)
+        ops.append(
+            _kernels("attention_decode", [decode_attention_layer_time(work, batch.num_decode_seqs, gpu)], layers)
         )
-        ops.append(_roofline("attention_decode", flops, num_bytes, gpu))
-    if tp > 1 and num_tokens > 0:
-        message_bytes = num_tokens * model.hidden_size * model.weight_bytes_per_param
-        comm_s = 2 * model.num_layers * all_reduce_time_s(message_bytes, tp, gpu)
-        ops.append(OpCost("all_reduce", 0.0, 2 * model.num_layers * message_bytes, comm_s, "latency"))
-    ops.append(OpCost("overhead", 0.0, 0.0, gpu.step_overhead_s, "fixed"))
+    message_bytes = tokens * model.hidden_size * model.activation_bytes_per_element
+    if tp > 1 and tokens > 0:
+        comm_s = 2 * layers * all_reduce_time_s(message_bytes, tp, gpu)
+        ops.append(OpCost("all_reduce", 0.0, 2 * layers * message_bytes, comm_s, "latency"))
+    if pp > 1 and tokens > 0:
+        hops = pp - 1
+        ops.append(
+            OpCost("pp_send_recv", 0.0, hops * message_bytes, hops * send_recv_time_s(message_bytes, gpu), "latency")
+        )
+    ops.append(OpCost("overhead", 0.0, 0.0, engine_overhead_s(batch, model, gpu), "fixed"))
     return StepCost(sum(op.time_s for op in ops), tuple(ops))
+
+
+def _merge(name: str, parts: Iterable[OpCost], bound: Bound | None = None) -> OpCost:
+    parts = tuple(parts)
+    flops = sum(p.flops for p in parts)
+    num_bytes = sum(p.bytes for p in parts)
+    time_s = sum(p.time_s for p in parts)
+    if bound is None:
+        # the bound of the part that takes longest
+        bound = max(parts, key=lambda p: p.time_s).bound
+    return OpCost(name, flops, num_bytes, time_s, bound)
 
 
 @dataclass(frozen=True, slots=True)
 class RooflineCostModel:
-    """The roofline model bound to one replica's model, GPU and TP degree."""
+    """The roofline model bound to one replica's model, GPU and parallelism."""
 
     model: ModelShape
     gpu: GpuSpec
     tensor_parallel: int
+    pipeline_parallel: int = 1
 
     def step_duration_s(self, batch: StepBatch) -> float:
-        return price_step(batch, self.model, self.gpu, self.tensor_parallel).duration_s
+        return self.price(batch).duration_s
 
     def price(self, batch: StepBatch) -> StepCost:
-        return price_step(batch, self.model, self.gpu, self.tensor_parallel)
+        return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)
 
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
-        """Every op but decode attention is independent of context; decode attention is max(compute, memory)."""
-        empty = price_step(StepBatch(num_decode_seqs=num_seqs), self.model, self.gpu, self.tensor_parallel)
-        fixed_s = empty.duration_s - empty.op("attention_decode").time_s
-        flops0, bytes0 = decode_attention_flops_and_bytes(num_seqs, 0, self.model, self.tensor_parallel)
-        flops1, bytes1 = decode_attention_flops_and_bytes(num_seqs, 1, self.model, self.tensor_parallel)
-        flops_per_s = self.gpu.peak_flops_per_s * self.gpu.compute_efficiency_frac
-        bytes_per_s = self.gpu.hbm_bandwidth_bytes_per_s * self.gpu.memory_efficiency_frac
+        """Every op but decode attention is independent of context; decode attention is, per layer,
+        ``latency + max(compute(C), memory(C))`` with both affine in ``C`` for a fixed ``num_seqs``."""
+        empty = self.price(StepBatch(num_decode_seqs=num_seqs))
+        layers = self.model.num_layers
+        fixed_s = empty.duration_s - empty.op("attention_decode").time_s + layers * self.gpu.decode_attention_latency_s
+        work0 = decode_attention_work(num_seqs, 0, self.model, self.tensor_parallel)
+        work1 = decode_attention_work(num_seqs, 1, self.model, self.tensor_parallel)
+        flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, self.gpu)
         piece = (
-            flops0 / flops_per_s,
-            (flops1 - flops0) / flops_per_s,
-            bytes0 / bytes_per_s,
-            (bytes1 - bytes0) / bytes_per_s,
+            layers * work0.flops / flops_per_s,
+            layers * (work1.flops - work0.flops) / flops_per_s,
+            layers * work0.bytes / bytes_per_s,
+            layers * (work1.bytes - work0.bytes) / bytes_per_s,
         )
         return DecodeStepShape(fixed_s, (piece,))

@@ -19,12 +19,13 @@ def test_unknown_hardware_names_field_and_suggests():
     with pytest.raises(ConfigError) as info:
         CATALOGUE.hardware("A100-80G", "s.yaml")
     assert str(info.value) == (
-        "s.yaml: cluster.hardware: unknown hardware 'A100-80G' (did you mean 'A100-80GB'?); known: A100-80GB, H100-SXM"
+        "s.yaml: cluster.hardware: unknown hardware 'A100-80G' (did you mean 'A100-80GB'?); known: "
+        "A100-40GB, A100-80GB, B200, H100-NVL, H100-PCIe, H100-SXM, H200, L40S, MI300X"
     )
 
 
 def test_unknown_model_lists_known_models():
-    with pytest.raises(ConfigError, match=r"cluster\.model: unknown model 'gpt-5'; known: Llama-2-7B"):
+    with pytest.raises(ConfigError, match=r"cluster\.model: unknown model 'gpt-5'; known: DeepSeek-V3, Llama-2-13B"):
         CATALOGUE.model("gpt-5", "s.yaml")
 
 

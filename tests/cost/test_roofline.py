@@ -1,13 +1,16 @@
-"""The roofline model against hand-computed numbers on a toy model and GPU."""
+"""The roofline model against hand-computed numbers on toy models and a toy GPU."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 
-from clustersim.architecture import GpuSpec, ModelShape
+from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
-from clustersim.cost.roofline import all_reduce_time_s
+from clustersim.cost.roofline import all_reduce_time_s, blend_s, engine_overhead_s, send_recv_time_s
 
 # Toy model: 2 layers, d=8, 2 query heads and 1 KV head of dim 4, gated MLP of 16, vocab 10, 2-byte weights.
 TOY = ModelShape(
@@ -37,6 +40,7 @@ GPU = GpuSpec(
     memory_efficiency_frac=0.5,
     step_overhead_s=0.25,
 )
+DECODE_1 = StepBatch(num_decode_seqs=1, decode_context_tokens=10)
 
 
 def test_toy_parameter_counts():
@@ -45,27 +49,39 @@ def test_toy_parameter_counts():
     assert TOY.mlp_params_per_layer() == 384
     # 2 layers x (576 + two norms of 8) + final norm 8 + embedding and LM head 2 x 10 x 8
     assert TOY.num_params() == 2 * (576 + 16) + 8 + 160
+    assert TOY.num_active_params() == TOY.num_params()
     # K and V, 2 layers, 1 head of 4, 2 bytes
     assert TOY.kv_bytes_per_token() == 2 * 2 * 4 * 2
 
 
+# per layer, one decode token, TP 1:   (FLOPs, bytes = weights x 2 B + tokens x (k + n) x 2 B)
+#   qkv  8 -> 8 + 2x4 = 16:   2x8x16 = 256,   128x2 + 24x2 = 304
+#   o    8 -> 8:              2x8x8  = 128,    64x2 + 16x2 = 160
+#   up   8 -> 2x16 = 32:      2x8x32 = 512,   256x2 + 40x2 = 592
+#   down 16 -> 8:             2x16x8 = 256,   128x2 + 24x2 = 304
+# every GEMM is memory-bound (bytes / 50 B/s > FLOPs / 500 FLOP/s)
 def test_decode_step_by_hand():
-    cost = price_step(StepBatch(num_decode_seqs=1, decode_context_tokens=10), TOY, GPU, 1)
+    cost = price_step(DECODE_1, TOY, GPU, 1)
     linear = cost.op("linear")
-    assert linear.flops == 2 * 1 * 1152  # 2 x tokens x 2 layers x 576 params
-    # weights 1152 x 2 B + activations 2 layers x 104 elements x 2 B (QKV 8+16, O 8+8, up 8+32, down 16+8)
-    assert linear.bytes == 2304 + 2 * 104 * 2
+    assert linear.flops == 2 * (256 + 128 + 512 + 256)
+    assert linear.bytes == 2 * (304 + 160 + 592 + 304)
     assert linear.time_s == pytest.approx(2720 / 50.0) and linear.bound == "memory"
     lm_head = cost.op("lm_head")
     assert lm_head.flops == 2 * 8 * 10
-    assert lm_head.bytes == (80 + 8 + 10) * 2
-    assert lm_head.time_s == pytest.approx(196 / 50.0)
+    # weights 80 x 2 B + activations (8 + 10) x 2 B + float32 logits 10 x 4 B
+    assert lm_head.bytes == 160 + 36 + 40
+    assert lm_head.time_s == pytest.approx(236 / 50.0)
+    # per layer per token: two add+norms 2 x 4 x 8 = 64, rotary q+k 2 x (8 + 4) = 24, act 2x16 + 16 = 48 elements
+    elementwise = cost.op("elementwise")
+    assert elementwise.bytes == 2 * (64 + 24 + 48) * 2
+    assert elementwise.time_s == pytest.approx(544 / 50.0) and elementwise.bound == "memory"
+    assert cost.op("embedding").bytes == 8 * (2 + 2)
     attention = cost.op("attention_decode")
     assert attention.flops == 4 * 2 * 4 * 10 * 2  # 4 x heads x head_dim x context x layers
-    assert attention.bytes == 10 * 32 + 2 * 1 * 8 * 2 * 2  # KV of 10 tokens + q and output vectors
+    assert attention.bytes == (10 * 16 + 2 * 1 * 8 * 2) * 2  # KV of 10 tokens + q and output vectors, 2 layers
     assert attention.time_s == pytest.approx(384 / 50.0)
     assert cost.op("overhead").time_s == 0.25
-    assert cost.duration_s == pytest.approx(54.4 + 3.92 + 7.68 + 0.25)
+    assert cost.duration_s == pytest.approx(54.4 + 4.72 + 10.88 + 0.64 + 7.68 + 0.25)
 
 
 def test_prefill_attention_is_causal():
@@ -73,18 +89,145 @@ def test_prefill_attention_is_causal():
     attention = cost.op("attention_prefill")
     # each of 4 new tokens attends on average to (4 + 1) / 2 positions
     assert attention.flops == 4 * 2 * 4 * 4 * 2.5 * 2
-    assert attention.bytes == 4 * 32 + 2 * 4 * 8 * 2 * 2
+    assert attention.bytes == (4 * 16 + 4 * 2 * 8 * 2) * 2  # new KV written + q read and output written
     chunk = price_step(StepBatch(prefill_new_tokens=(4,), prefill_context_tokens=(6,)), TOY, GPU, 1)
     assert chunk.op("attention_prefill").flops == 4 * 2 * 4 * 4 * (6 + 2.5) * 2
+    assert chunk.op("attention_prefill").bytes == ((6 + 4) * 16 + 4 * 32) * 2
 
 
 def test_tensor_parallel_all_reduce_by_hand():
     # one token of 8 x 2 bytes; ring factor 2(2-1)/2 = 1; latency 1 s + 16 B / 10 B/s
     assert all_reduce_time_s(16, 2, GPU) == pytest.approx(2.6)
     assert all_reduce_time_s(16, 1, GPU) == 0.0
-    cost = price_step(StepBatch(num_decode_seqs=1, decode_context_tokens=10), TOY, GPU, 2)
+    # 4 GPUs: ring factor 1.5, at 50% link efficiency
+    assert all_reduce_time_s(16, 4, replace(GPU, interconnect_efficiency_frac=0.5)) == pytest.approx(1 + 1.5 * 16 / 5)
+    cost = price_step(DECODE_1, TOY, GPU, 2)
     assert cost.op("all_reduce").time_s == pytest.approx(4 * 2.6)  # two per layer
-    assert cost.op("linear").flops == 2304 / 2
+    # the single KV head is replicated on both GPUs: qkv 8 -> 8/2 + 2x4 = 12, o 4 -> 8, up 8 -> 16, down 8 -> 8
+    assert cost.op("linear").flops == 2 * 2 * (8 * 12 + 4 * 8 + 8 * 16 + 8 * 8)
+
+
+@pytest.mark.parametrize(
+    ("compute", "memory", "exponent", "expected"), [(3, 4, math.inf, 4), (3, 4, 2, 5), (3, 4, 1, 7), (0, 0, 2, 0)]
+)
+def test_blend(compute, memory, exponent, expected):
+    assert blend_s(compute, memory, exponent) == pytest.approx(expected)
+
+
+def test_gemm_latency_and_blend_apply_per_gemm():
+    gpu = replace(GPU, gemm_kernel_latency_s=1.0, roofline_blend_exponent=1.0)
+    linear = price_step(DECODE_1, TOY, gpu, 1).op("linear")
+    # 4 GEMMs x 2 layers of latency; with exponent 1 each GEMM costs compute + memory
+    assert linear.time_s == pytest.approx(8 + 2 * (1152 / 500.0 + 1360 / 50.0))
+
+
+def test_elementwise_kernel_latency():
+    gpu = replace(GPU, elementwise_kernel_latency_s=1.0)
+    assert price_step(DECODE_1, TOY, gpu, 1).op("elementwise").time_s == pytest.approx(8 + 544 / 50.0)
+
+
+def test_decode_attention_latency_and_occupancy():
+    gpu = replace(GPU, decode_attention_latency_s=1.0, decode_attention_half_occupancy_seqs=1.0)
+    # one sequence: bandwidth x 1 / (1 + 1); per layer 1 s + 192 B / 25 B/s
+    assert price_step(DECODE_1, TOY, gpu, 1).op("attention_decode").time_s == pytest.approx(2 * (1 + 192 / 25.0))
+
+
+def test_fp8_weights_and_kv_halve_bytes_and_use_fp8_peak():
+    fp8 = TOY.with_precision("fp8", "fp8")
+    assert fp8.weight_bytes() == TOY.weight_bytes() / 2
+    assert fp8.kv_bytes_per_token() == TOY.kv_bytes_per_token() / 2
+    attention = price_step(DECODE_1, fp8, GPU, 1).op("attention_decode")
+    assert attention.bytes == (10 * 8 + 32) * 2  # KV in 1 byte, q/output vectors stay 16-bit
+    # weights 1 B, activations 2 B: the decode GEMMs read 1152 B of weights + 2 x 104 x 2 B activations
+    assert price_step(DECODE_1, fp8, GPU, 1).op("linear").bytes == 1152 + 416
+    # a compute-bound prefill runs at the FP8 peak when the GPU has one (FP4 falls back to it)
+    gpu = replace(GPU, peak_fp8_flops_per_s=2000.0, hbm_bandwidth_bytes_per_s=1e9)
+    prefill = StepBatch(prefill_new_tokens=(1000,), prefill_context_tokens=(0,))
+    bf16_s = price_step(prefill, TOY, gpu, 1).op("linear").time_s
+    fp8_s = price_step(prefill, fp8, gpu, 1).op("linear").time_s
+    assert price_step(prefill, fp8, gpu, 1).op("linear").bound == "compute"
+    assert fp8_s == pytest.approx(bf16_s / 2)
+    assert gpu.gemm_peak_flops_per_s("fp4") == 2000.0
+    assert GPU.gemm_peak_flops_per_s("fp8") == 1000.0  # no FP8 tensor cores: weight-only quantization
+
+
+# Toy MoE: 4 experts of width 8, top-2, every layer MoE.
+MOE = replace(TOY, num_experts=4, num_experts_per_token=2, moe_intermediate_size=8)
+
+
+def test_moe_parameter_counts():
+    # per layer: attention 192 + 4 experts x 3x8x8 + router 8x4 + norms 16
+    assert MOE.num_params() == 2 * (192 + 4 * 192 + 32 + 16) + 8 + 160
+    assert MOE.num_active_params() == 2 * (192 + 2 * 192 + 32 + 16) + 8 + 160
+
+
+@pytest.mark.parametrize(("num_tokens", "touched"), [(1, 2.0), (2, 3.0), (3, 3.5), (100, 4.0)])
+def test_moe_reads_only_touched_experts(num_tokens, touched):
+    cost = price_step(StepBatch(num_decode_seqs=num_tokens, decode_context_tokens=num_tokens), MOE, GPU, 1)
+    moe = cost.op("moe")
+    routed = 2 * num_tokens
+    # router GEMM 8 -> 4 per token; experts: up 8 -> 16 and down 8 -> 8 per routed token copy
+    assert moe.flops == pytest.approx(2 * (2 * num_tokens * 8 * 4 + 2 * routed * (8 * 16 + 8 * 8)))
+    expert_bytes = touched * 192 * 2 + routed * (8 + 16 + 8 + 8) * 2
+    router_bytes = 32 * 2 + num_tokens * 12 * 2
+    assert moe.bytes == pytest.approx(2 * (expert_bytes + router_bytes))
+    # MoE layers have no dense MLP: the linear group holds only attention projections
+    assert cost.op("linear").flops == 2 * 2 * num_tokens * (8 * 16 + 8 * 8)
+
+
+# Toy MLA: 1 layer, d 8, 2 heads, q rank 4, kv rank 4, no-position 2 + rotary 2, value 2.
+MLA = replace(
+    TOY,
+    num_layers=1,
+    q_lora_rank=4,
+    kv_lora_rank=4,
+    qk_nope_head_dim=2,
+    qk_rope_head_dim=2,
+    v_head_dim=2,
+    num_kv_heads=2,
+)
+
+
+def test_mla_parameters_and_compressed_kv():
+    # q: 8x4 + norm 4 + 4 x 2x(2+2); kv down 8 x (4+2) + norm 4; kv up 4 x 2x(2+2); o 2x2 x 8
+    assert MLA.attention_params_per_layer() == (32 + 4 + 32) + (48 + 4) + 32 + 32
+    assert MLA.kv_bytes_per_token() == 1 * (4 + 2) * 2  # one latent of kv_rank + rotary per layer
+    attention = price_step(StepBatch(num_decode_seqs=1, decode_context_tokens=10), MLA, GPU, 1).op("attention_decode")
+    # scores over the 6-wide latent, values over the 4-wide latent, per head
+    assert attention.flops == 2 * 2 * 10 * (6 + 4)
+    assert attention.bytes == 10 * 6 * 2 + 1 * 2 * (6 + 4) * 2
+
+
+def test_pipeline_parallel_adds_send_recv_and_splits_weights():
+    one = price_step(DECODE_1, TOY, GPU, 1)
+    two = price_step(DECODE_1, TOY, GPU, 1, pipeline_parallel=2)
+    # one hand-off of one token's 8 x 2 B activations: latency 1 s + 16 B / 10 B/s
+    assert send_recv_time_s(16, GPU) == pytest.approx(2.6)
+    assert two.op("pp_send_recv").time_s == pytest.approx(2.6)
+    assert two.duration_s == pytest.approx(one.duration_s + 2.6)
+    # one layer of 592 params per stage + embedding, LM head and final norm (worst stage holds both ends)
+    assert weight_bytes_per_gpu(TOY, 1, 2) == (592 + 160 + 8) * 2
+
+
+def test_engine_overheads():
+    engine = EngineSpec(
+        per_seq_overhead_s=0.01,
+        launch_overhead_per_layer_eager_s=0.1,
+        launch_overhead_per_layer_graph_s=0.001,
+        cuda_graph_max_seqs=4,
+        sampling_per_seq_s=0.02,
+    )
+    gpu = replace(GPU, engine=engine)
+    # decode of 4 sequences: graph replay
+    assert engine_overhead_s(StepBatch(num_decode_seqs=4, decode_context_tokens=40), TOY, gpu) == pytest.approx(
+        0.25 + 4 * 0.03 + 2 * 0.001
+    )
+    # 5 sequences, or any prefill: eager launches
+    assert engine_overhead_s(StepBatch(num_decode_seqs=5, decode_context_tokens=50), TOY, gpu) == pytest.approx(
+        0.25 + 5 * 0.03 + 2 * 0.1
+    )
+    mixed = StepBatch(prefill_new_tokens=(3,), prefill_context_tokens=(0,), num_decode_seqs=1, decode_context_tokens=5)
+    assert engine_overhead_s(mixed, TOY, gpu) == pytest.approx(0.25 + 2 * 0.03 + 2 * 0.1)
 
 
 def test_linear_layers_turn_compute_bound_with_many_tokens():
@@ -115,19 +258,36 @@ def test_unit_cost_ignores_batch():
     assert UnitCostModel(2.0).step_duration_s(StepBatch(num_decode_seqs=100, decode_context_tokens=10**6)) == 2.0
 
 
+def _catalogue_model(
+    model: str, hardware: str, tp: int, pp: int = 1, precision: str | None = None
+) -> RooflineCostModel:
+    catalogue = Catalogue.builtin()
+    shape = ModelShape.from_profile(catalogue.model(model))
+    if precision is not None:
+        shape = shape.with_precision(precision, precision)  # type: ignore[arg-type]
+    return RooflineCostModel(
+        shape, GpuSpec.from_profiles(catalogue.hardware(hardware), catalogue.engine("vllm")), tp, pp
+    )
+
+
+SHAPE_CASES = {
+    "llama70b-tp1": lambda tp: _catalogue_model("Llama-3.1-70B", "H100-SXM", tp),
+    "llama70b-fp8": lambda tp: _catalogue_model("Llama-3.1-70B", "H100-SXM", tp, precision="fp8"),
+    "llama70b-pp2": lambda tp: _catalogue_model("Llama-3.1-70B", "A100-80GB", tp, pp=2),
+    "mixtral": lambda tp: _catalogue_model("Mixtral-8x7B", "H200", tp),
+    "deepseek-mla-moe": lambda tp: _catalogue_model("DeepSeek-V3", "B200", tp, precision="fp4"),
+    "toy": lambda tp: RooflineCostModel(TOY, GPU, tp),
+    "toy-moe": lambda tp: RooflineCostModel(MOE, GPU, tp),
+    "toy-mla": lambda tp: RooflineCostModel(MLA, GPU, tp),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHAPE_CASES))
 @pytest.mark.parametrize("tensor_parallel", [1, 2])
 @pytest.mark.parametrize("num_seqs", [1, 7, 64, 300])
 @pytest.mark.parametrize("context_per_seq", [0, 1, 100, 5000, 100_000])
-def test_decode_step_shape_matches_step_price(tensor_parallel, num_seqs, context_per_seq):
-    catalogue = Catalogue.builtin()
-    model = RooflineCostModel(
-        ModelShape.from_profile(catalogue.model("Llama-3.1-70B")),
-        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm")),
-        tensor_parallel,
-    )
+def test_decode_step_shape_matches_step_price(case, tensor_parallel, num_seqs, context_per_seq):
+    model = SHAPE_CASES[case](tensor_parallel)
     context = num_seqs * context_per_seq
     direct = model.step_duration_s(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context))
     assert model.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
-    toy = RooflineCostModel(TOY, GPU, tensor_parallel)
-    direct = toy.step_duration_s(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context))
-    assert toy.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)

@@ -1,0 +1,247 @@
+"""Measured kernel times (microsoft/vidur profiles) as samples the cost model prices.
+
+Each :class:`KernelSample` is one measured time of one op group on one GPU, with the work the
+cost model assigns it (from :mod:`clustersim.cost.ops`) and a key that decides its half of the
+train/held-out split (every repeat of one shape lands in the same half).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from clustersim.architecture import GpuSpec, ModelShape
+from clustersim.cost.ops import (
+    Gemm,
+    Work,
+    attention_gemms,
+    decode_attention_work,
+    elementwise_work,
+    mlp_gemms,
+    prefill_attention_work,
+)
+from clustersim.cost.roofline import (
+    all_reduce_time_s,
+    decode_attention_layer_time,
+    gemm_time,
+    prefill_attention_layer_time,
+)
+from clustersim.errors import ConfigError
+
+Group = Literal["linear", "elementwise", "attention_decode", "attention_prefill", "all_reduce"]
+GROUPS: tuple[Group, ...] = ("linear", "elementwise", "attention_decode", "attention_prefill", "all_reduce")
+MAX_TOKENS = 4096
+SPLIT_SEED = 20240601
+MS = 1e-3
+
+# which catalogue GPU each vidur file prefix was measured on
+_GPU_OF_PREFIX = {"vidur_h100": "H100-SXM", "vidur_a100": "A100-80GB"}
+_LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+_ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSample:
+    """One measured time and everything needed to price it.
+
+    ``gemms`` (linear), ``work`` (other compute groups) or ``message_bytes`` (all-reduce) hold the
+    work; ``num_seqs`` matters for decode attention; ``tensor_parallel`` for all-reduce.
+    """
+
+    gpu: str
+    group: Group
+    key: tuple[float, ...]
+    measured_s: float
+    num_tokens: int
+    tensor_parallel: int
+    model: ModelShape | None = None
+    gemms: tuple[Gemm, ...] = ()
+    work: Work | None = None
+    num_seqs: int = 0
+    message_bytes: float = 0.0
+    gemm_times_s: tuple[float, ...] = ()
+
+    def predict_s(self, gpu: GpuSpec) -> float:
+        """The cost model's time for this sample on ``gpu`` (the same functions a step is priced with)."""
+        if self.group == "linear":
+            assert self.model is not None
+            return sum(gemm_time(g, self.model, gpu).time_s for g in self.gemms)
+        if self.group == "all_reduce":
+            return all_reduce_time_s(self.message_bytes, self.tensor_parallel, gpu)
+        assert self.work is not None
+        if self.group == "elementwise":
+            memory_s = self.work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+            return self.work.num_kernels * gpu.elementwise_kernel_latency_s + memory_s
+        if self.group == "attention_decode":
+            return decode_attention_layer_time(self.work, self.num_seqs, gpu).time_s
+        return prefill_attention_layer_time(self.work, gpu).time_s
+
+
+def _gpu_of(path: Path) -> str:
+    for prefix, gpu in _GPU_OF_PREFIX.items():
+        if path.name.startswith(prefix):
+            return gpu
+    raise ConfigError(str(path), "", "not a vidur profile (expected a name starting with vidur_h100 or vidur_a100)")
+
+
+def _shape_from_columns(row: pd.Series, name: str) -> ModelShape:
+    heads = int(row["n_head"])
+    hidden = int(row["n_embd"])
+    return ModelShape(
+        name=name,
+        num_layers=1,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=int(row["n_kv_head"]),
+        head_dim=hidden // heads,
+        intermediate_size=int(row.get("n_expanded_embd", 4 * hidden)),
+        vocab_size=int(row.get("vocab_size", 32000)),
+        gated_mlp=bool(row.get("use_gated_mlp", True)),
+        tied_embeddings=False,
+        max_model_len_tokens=int(row.get("max_model_len", 4096)),
+        weight_bytes_per_param=2.0,
+        kv_bytes_per_element=2.0,
+    )
+
+
+def _median_s(row: pd.Series, op: str) -> float:
+    return float(row[f"time_stats.{op}.median"]) * MS
+
+
+def mlp_samples(path: Path) -> list[KernelSample]:
+    """Per-layer linear (4 GEMMs) and element-wise samples from a ``*_mlp.csv`` file, <= 4096 tokens."""
+    gpu = _gpu_of(path)
+    frame = pd.read_csv(path)
+    frame = frame[frame["num_tokens"] <= MAX_TOKENS]
+    samples: list[KernelSample] = []
+    shapes: dict[tuple[int, ...], ModelShape] = {}
+    for _, row in frame.iterrows():
+        shape_key = (int(row["n_head"]), int(row["n_kv_head"]), int(row["n_embd"]), int(row["n_expanded_embd"]))
+        model = shapes.setdefault(shape_key, _shape_from_columns(row, path.stem))
+        tokens = int(row["num_tokens"])
+        tp = int(row["num_tensor_parallel_workers"])
+        key = (float(tokens),)
+        gemms = (*attention_gemms(tokens, model, tp), *mlp_gemms(tokens, model.intermediate_size, model, tp))
+        gemm_times = tuple(_median_s(row, op) for op in _LINEAR_OPS)
+        samples.append(
+            KernelSample(gpu, "linear", key, sum(gemm_times), tokens, tp, model, gemms, gemm_times_s=gemm_times)
+        )
+        element_s = sum(_median_s(row, op) for op in _ELEMENTWISE_OPS)
+        work = elementwise_work(tokens, model, tp, moe_layer=False)
+        # vidur times the residual add as its own kernel: five kernels, not the four a fused engine runs
+        work = Work(work.flops, work.bytes, len(_ELEMENTWISE_OPS))
+        samples.append(KernelSample(gpu, "elementwise", key, element_s, tokens, tp, model, work=work))
+    return samples
+
+
+def attention_samples(path: Path) -> list[KernelSample]:
+    """Decode and prefill attention samples from an ``*_attention_*.csv`` file (one layer, one GPU)."""
+    gpu = _gpu_of(path)
+    frame = pd.read_csv(path)
+    first = frame.iloc[0]
+    heads = int(first["n_q_head"])
+    tp = int(first["num_tensor_parallel_workers"])
+    model = ModelShape(
+        name=path.stem,
+        num_layers=1,
+        hidden_size=int(first["n_embd"]),
+        num_attention_heads=heads,
+        num_kv_heads=int(first["n_kv_head"]),
+        head_dim=int(first["n_embd"]) // heads,
+        intermediate_size=4 * int(first["n_embd"]),
+        vocab_size=32000,
+        gated_mlp=True,
+        tied_embeddings=False,
+        max_model_len_tokens=int(first["max_model_len"]),
+        weight_bytes_per_param=2.0,
+        kv_bytes_per_element=2.0,
+    )
+    samples: list[KernelSample] = []
+    for _, row in frame.iterrows():
+        kv = int(row["kv_cache_size"])
+        if bool(row["is_prefill"]):
+            chunk = int(row["prefill_chunk_size"])
+            work = prefill_attention_work((chunk,), (kv,), model, tp)
+            measured = _median_s(row, "attn_prefill")
+            samples.append(
+                KernelSample(gpu, "attention_prefill", (chunk, kv), measured, chunk, tp, model, work=work, num_seqs=1)
+            )
+        else:
+            batch = int(row["batch_size"])
+            work = decode_attention_work(batch, batch * kv, model, tp)
+            measured = _median_s(row, "attn_decode")
+            samples.append(
+                KernelSample(
+                    gpu, "attention_decode", (batch, kv), measured, batch, tp, model, work=work, num_seqs=batch
+                )
+            )
+    return samples
+
+
+def all_reduce_samples(path: Path) -> list[KernelSample]:
+    """Single-node all-reduce samples (``devices_per_node == num_workers``) from ``*_all_reduce.csv``."""
+    gpu = _gpu_of(path)
+    frame = pd.read_csv(path)
+    frame = frame[frame["devices_per_node"] == frame["num_workers"]]
+    samples: list[KernelSample] = []
+    for _, row in frame.iterrows():
+        size = float(row["size"])
+        workers = int(row["num_workers"])
+        measured = float(row["time_stats.all_reduce.median"]) * MS
+        samples.append(KernelSample(gpu, "all_reduce", (size,), measured, 0, workers, message_bytes=size))
+    return samples
+
+
+def load_samples(profiles_dir: Path) -> list[KernelSample]:
+    """Every sample of every vidur file in ``profiles_dir``."""
+    if not profiles_dir.is_dir():
+        raise ConfigError(str(profiles_dir), "", "no such folder of measured profiles")
+    samples: list[KernelSample] = []
+    for path in sorted(profiles_dir.glob("vidur_*.csv")):
+        if path.name.endswith("_mlp.csv"):
+            samples.extend(mlp_samples(path))
+        elif "_attention_" in path.name:
+            samples.extend(attention_samples(path))
+        elif path.name.endswith("_all_reduce.csv"):
+            samples.extend(all_reduce_samples(path))
+    if not samples:
+        raise ConfigError(
+            str(profiles_dir), "", "holds no vidur_*_mlp.csv, *_attention_*.csv or *_all_reduce.csv files"
+        )
+    return samples
+
+
+def files_by_gpu_and_group(profiles_dir: Path) -> dict[tuple[str, str], str]:
+    """Which files of ``profiles_dir`` feed each (GPU, op group), as ``shared/ground_truth/profiles/x.csv`` text."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for path in sorted(profiles_dir.glob("vidur_*.csv")):
+        gpu = _gpu_of(path)
+        if path.name.endswith("_mlp.csv"):
+            groups: tuple[str, ...] = ("linear", "elementwise")
+        elif "_attention_" in path.name:
+            groups = ("attention_decode", "attention_prefill")
+        else:
+            groups = ("all_reduce",)
+        for group in groups:
+            out.setdefault((gpu, group), []).append(f"shared/ground_truth/profiles/{path.name}")
+    return {key: " and ".join(names) for key, names in out.items()}
+
+
+def held_out(samples: Iterable[KernelSample], seed: int = SPLIT_SEED) -> dict[tuple[str, str, tuple[float, ...]], bool]:
+    """Which (gpu, group, key) shapes are held out: a seeded random half of each group's distinct keys."""
+    keys: dict[tuple[str, str], dict[tuple[float, ...], None]] = {}
+    for sample in samples:
+        keys.setdefault((sample.gpu, sample.group), {})[sample.key] = None
+    rng = np.random.default_rng(seed)
+    out: dict[tuple[str, str, tuple[float, ...]], bool] = {}
+    for (gpu, group), unique in sorted(keys.items()):
+        group_keys = list(unique)
+        order = rng.permutation(len(group_keys))
+        for rank, index in enumerate(order):
+            out[(gpu, group, group_keys[index])] = rank % 2 == 1
+    return out

@@ -1,0 +1,233 @@
+"""Score the cost model on measured kernel samples, and produce the calibration of each GPU.
+
+:func:`calibrate` fits every measured GPU on the training half of its samples (GEMMs first, then
+element-wise kernels, prefill and decode attention, all-reduce: each later fit uses the earlier
+values). :func:`score` prices every sample with a GPU spec and :func:`mape_table` summarises the
+held-out half per GPU and op group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clustersim.architecture import GpuSpec
+from clustersim.validation.fit import (
+    FitResult,
+    apply,
+    fit_all_reduce,
+    fit_decode_attention,
+    fit_elementwise,
+    fit_gemms,
+    fit_prefill_attention,
+)
+from clustersim.validation.kernels import GROUPS, KernelSample, held_out
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """One GPU's fitted values, each with the fit that produced it (and the GPU it was measured on)."""
+
+    gpu: str
+    values: dict[str, float]
+    fits: dict[str, tuple[str, FitResult]]
+
+
+def _train(
+    samples: Sequence[KernelSample], split: Mapping[tuple[str, str, tuple[float, ...]], bool], gpu: str, group: str
+) -> list[KernelSample]:
+    return [s for s in samples if s.gpu == gpu and s.group == group and not split[(s.gpu, s.group, s.key)]]
+
+
+class _Recorder:
+    """Collects fitted values and which fit produced each, applying them to a running spec."""
+
+    def __init__(self, spec: GpuSpec) -> None:
+        self.spec = spec
+        self.values: dict[str, float] = {}
+        self.fits: dict[str, tuple[str, FitResult]] = {}
+
+    def record(self, fit: FitResult, source_gpu: str) -> None:
+        self.values.update(fit.values)
+        for key in fit.values:
+            self.fits[key] = (source_gpu, fit)
+        self.spec = apply(self.spec, fit.values)
+
+
+def calibrate(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> dict[str, Calibration]:
+    """Fit every GPU in ``gpus`` that has samples.
+
+    A GPU without attention samples gets the attention fractions fitted on one that has them
+    (the fit is redone against that GPU's own peaks, so the fractions carry over, not the times).
+    """
+    split = held_out(samples)
+    results: dict[str, Calibration] = {}
+    # GPUs with attention data first, so others can borrow their fits
+    order = sorted(gpus, key=lambda g: not _train(samples, split, g, "attention_decode"))
+    for name in order:
+        linear = _train(samples, split, name, "linear")
+        if not linear:
+            continue
+        rec = _Recorder(gpus[name])
+        gemms = [(g, t) for s in linear for g, t in zip(s.gemms, s.gemm_times_s, strict=True)]
+        rec.record(fit_gemms(gemms, rec.spec), name)
+        rec.record(fit_elementwise(_train(samples, split, name, "elementwise"), rec.spec), name)
+        for group, fitter in (("attention_prefill", fit_prefill_attention), ("attention_decode", fit_decode_attention)):
+            own = _train(samples, split, name, group)
+            if own:
+                rec.record(fitter(own, rec.spec), name)
+                continue
+            donors = [g for g in results if _train(samples, split, g, group)]
+            if donors:
+                donor = results[donors[0]]
+                for key, (_, fit) in donor.fits.items():
+                    if _FIT_GROUP[key] == group:
+                        rec.record(FitResult({key: donor.values[key]}, fit.train_mape, fit.num_train), donor.gpu)
+        reduce = _train(samples, split, name, "all_reduce")
+        if reduce:
+            rec.record(fit_all_reduce(reduce, rec.spec), name)
+        results[name] = Calibration(name, rec.values, rec.fits)
+    return results
+
+
+_FIT_GROUP = {
+    "compute_efficiency_frac": "linear",
+    "memory_efficiency_frac": "linear",
+    "gemm_kernel_latency_s": "linear",
+    "roofline_blend_exponent": "linear",
+    "elementwise_kernel_latency_s": "elementwise",
+    "prefill_attention_compute_efficiency_frac": "attention_prefill",
+    "prefill_attention_latency_s": "attention_prefill",
+    "decode_attention_memory_efficiency_frac": "attention_decode",
+    "decode_attention_latency_s": "attention_decode",
+    "decode_attention_half_occupancy_seqs": "attention_decode",
+    "interconnect_latency_s": "all_reduce",
+    "interconnect_efficiency_frac": "all_reduce",
+}
+
+
+def calibration_sources(
+    calibration: Calibration, held_out_errors: Sequence[ErrorRow], files: Mapping[tuple[str, str], str]
+) -> dict[str, tuple[float, str]]:
+    """Each fitted value with a ``source:`` text saying what it was fitted on and the error reached.
+
+    ``files`` maps (GPU, op group) to the measured files it was fitted on (for the text only).
+    """
+    out: dict[str, tuple[float, str]] = {}
+    for key, value in calibration.values.items():
+        donor, fit = calibration.fits[key]
+        group = _FIT_GROUP[key]
+        held = next((r for r in held_out_errors if r.gpu == donor and r.group == group), None)
+        held_text = f", held-out MAPE {held.mape_pct:.1f}% on {held.num_samples} rows" if held else ""
+        borrowed = (
+            ""
+            if donor == calibration.gpu
+            else f"no {group} kernels measured on {calibration.gpu}: fraction fitted on {donor}; "
+        )
+        tokens = ", num_tokens <= 4096" if group in ("linear", "elementwise") else ""
+        out[key] = (
+            value,
+            f"{borrowed}fitted by `clustersim validate-cost --fit` on the training half (seeded random half of "
+            f"distinct shapes, seed 20240601) of {group} rows in {files.get((donor, group), 'profiles/')}"
+            f"{tokens}; bounded least squares on log(predicted / measured) over {fit.num_train} timings; "
+            f"training MAPE {fit.train_mape * 100:.1f}%{held_text}",
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredSample:
+    """One sample priced: what was measured, what the model says, and which half it is in."""
+
+    gpu: str
+    group: str
+    num_tokens: int
+    tensor_parallel: int
+    held_out: bool
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def abs_pct_error(self) -> float:
+        return abs(self.predicted_s / self.measured_s - 1.0) * 100.0
+
+
+def score(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> list[ScoredSample]:
+    """Price every sample whose GPU is in ``gpus``."""
+    split = held_out(samples)
+    return [
+        ScoredSample(
+            s.gpu,
+            s.group,
+            s.num_tokens,
+            s.tensor_parallel,
+            split[(s.gpu, s.group, s.key)],
+            s.measured_s,
+            s.predict_s(gpus[s.gpu]),
+        )
+        for s in samples
+        if s.gpu in gpus
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRow:
+    """Mean absolute percentage error of one op group on one GPU, over held-out samples."""
+
+    gpu: str
+    group: str
+    num_samples: int
+    mape_pct: float
+    p90_ape_pct: float
+
+
+def mape_table(scored: Sequence[ScoredSample], held_out_only: bool = True) -> list[ErrorRow]:
+    """Per (GPU, op group) MAPE, in the order of :data:`GROUPS`."""
+    rows: list[ErrorRow] = []
+    for gpu in sorted({s.gpu for s in scored}):
+        for group in GROUPS:
+            errors = sorted(
+                s.abs_pct_error
+                for s in scored
+                if s.gpu == gpu and s.group == group and (s.held_out or not held_out_only)
+            )
+            if errors:
+                p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+                rows.append(ErrorRow(gpu, group, len(errors), sum(errors) / len(errors), p90))
+    return rows
+
+
+def format_mape_table(rows: Sequence[ErrorRow], targets: Mapping[str, float]) -> str:
+    """An aligned text table of :func:`mape_table` rows with each group's target."""
+    lines = [f"{'gpu':<11}{'op group':<19}{'samples':>8}{'MAPE %':>9}{'p90 %':>8}{'target %':>10}"]
+    for row in rows:
+        target = targets.get(row.group)
+        mark = "" if target is None else (" ok" if row.mape_pct <= target else " MISSED")
+        target_text = "-" if target is None else f"{target:.0f}"
+        lines.append(
+            f"{row.gpu:<11}{row.group:<19}{row.num_samples:>8}{row.mape_pct:>9.1f}{row.p90_ape_pct:>8.1f}"
+            f"{target_text:>10}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def write_scored(scored: Sequence[ScoredSample], path: Path) -> Path:
+    """Write scored samples as Parquet (the figure code reads only this)."""
+    table = pa.table(
+        {
+            "gpu": [s.gpu for s in scored],
+            "op_group": [s.group for s in scored],
+            "num_tokens": [s.num_tokens for s in scored],
+            "tensor_parallel": [s.tensor_parallel for s in scored],
+            "held_out": [s.held_out for s in scored],
+            "measured_s": [s.measured_s for s in scored],
+            "predicted_s": [s.predicted_s for s in scored],
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path
