@@ -10,9 +10,13 @@ from typing import Any
 import click
 
 from clustersim import __version__
+from clustersim.architecture import GpuSpec, ModelShape, Precision
 from clustersim.bench import CASES, SIZES, append_results, format_table, machine_description, run_in_child
-from clustersim.config.catalogue import builtin_data_dir
+from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
+from clustersim.cost.base import StepBatch
+from clustersim.cost.describe import format_breakdown, format_catalogue
+from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ClusterSimError, did_you_mean
 from clustersim.invariants import InvariantViolation
 from clustersim.sim import run_scenario
@@ -161,3 +165,97 @@ def scenarios() -> None:
     for path in sorted(builtin_data_dir("scenarios").glob("*.yaml")):
         loaded = load_scenario(path)
         click.echo(f"{path.stem:<28} {loaded.scenario.description}")
+
+
+@main.command("validate-cost")
+@click.argument("data_dir", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write the scored samples and figure here.")
+@click.option("--fit", is_flag=True, help="Refit the measured GPUs on the training half and print YAML entries.")
+def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool) -> None:
+    """Score the cost model on the held-out half of the measured kernel times in DATA_DIR.
+
+    DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles.
+    """
+    from clustersim.validation.cli import run_validate_cost
+
+    try:
+        click.echo(run_validate_cost(data_dir, out_dir, fit))
+    except ClusterSimError as exc:
+        _fail(str(exc))
+        return
+    if out_dir is not None:
+        # imported here, not at the top: plotting libraries take a second to load
+        from analysis.cost_validation import write_cost_validation_figure
+
+        figure = write_cost_validation_figure(out_dir / "cost_validation.parquet", out_dir / "cost-validation.png")
+        click.echo(f"wrote {figure}")
+
+
+@main.command()
+def profiles() -> None:
+    """List the built-in hardware, models and engines with their key numbers."""
+    click.echo(format_catalogue(Catalogue.builtin()))
+
+
+@main.command()
+@click.option("--hardware", required=True, help="GPU name or alias (see `clustersim profiles`).")
+@click.option("--model", "model_name", required=True, help="Model name or alias.")
+@click.option("--engine", default="vllm", show_default=True, help="Engine profile.")
+@click.option("--tp", "tensor_parallel", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", "pipeline_parallel", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--batch", "num_decode_seqs", type=click.IntRange(min=0), default=1, show_default=True, help="Decoding sequences."
+)
+@click.option(
+    "--context",
+    "context_tokens",
+    type=click.IntRange(min=0),
+    default=1024,
+    show_default=True,
+    help="Context per decoding sequence.",
+)
+@click.option(
+    "--prefill",
+    "prefill_tokens",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Tokens of one prefill chunk.",
+)
+@click.option(
+    "--prefill-context", type=click.IntRange(min=0), default=0, show_default=True, help="Prior context of that chunk."
+)
+@click.option("--weights", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default=None, help="Weight precision.")
+@click.option("--kv-cache", type=click.Choice(["bf16", "fp16", "fp8"]), default=None, help="KV-cache precision.")
+def step(
+    hardware: str,
+    model_name: str,
+    engine: str,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    num_decode_seqs: int,
+    context_tokens: int,
+    prefill_tokens: int,
+    prefill_context: int,
+    weights: Precision | None,
+    kv_cache: Precision | None,
+) -> None:
+    """Price one step with the roofline model and print its breakdown per op group."""
+    catalogue = Catalogue.builtin()
+    try:
+        gpu = GpuSpec.from_profiles(
+            catalogue.hardware(hardware, "--hardware", ""), catalogue.engine(engine, "--engine", "")
+        )
+        shape = ModelShape.from_profile(catalogue.model(model_name, "--model", ""), weights, kv_cache)
+    except ClusterSimError as exc:
+        _fail(str(exc))
+        return
+    prefill = (prefill_tokens,) if prefill_tokens else ()
+    batch = StepBatch(prefill, (prefill_context,) if prefill else (), num_decode_seqs, num_decode_seqs * context_tokens)
+    cost = RooflineCostModel(shape, gpu, tensor_parallel, pipeline_parallel).price(batch)
+    click.echo(
+        f"{shape.name} ({shape.weight_precision} weights) on {tensor_parallel * pipeline_parallel} x {gpu.name} "
+        f"(TP {tensor_parallel}, PP {pipeline_parallel}), engine {engine}: {num_decode_seqs} decoding x "
+        f"{context_tokens} context, prefill {prefill_tokens} (+{prefill_context} prior)"
+    )
+    click.echo(format_breakdown(cost))

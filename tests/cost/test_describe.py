@@ -1,0 +1,34 @@
+"""The `profiles` and `step` commands print the catalogue and a step's breakdown."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from clustersim.cli import main
+
+
+def test_profiles_lists_every_gpu_model_and_engine():
+    result = CliRunner().invoke(main, ["profiles"])
+    assert result.exit_code == 0, result.output
+    for name in ("H100-SXM", "MI300X", "B200", "DeepSeek-V3", "Mixtral-8x7B", "trtllm", "sglang"):
+        assert name in result.output
+    assert "Mixtral-8x7B         46.70     12.88" in result.output
+
+
+def test_step_prints_breakdown_that_sums_to_the_step():
+    args = ["step", "--hardware", "H100-SXM", "--model", "Llama-3.1-70B", "--tp", "4", "--batch", "64"]
+    result = CliRunner().invoke(main, [*args, "--context", "2048", "--prefill", "512"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: float(line.split()[1]) for line in result.output.splitlines()[2:]}
+    for group in ("linear", "attention_prefill", "attention_decode", "all_reduce", "overhead"):
+        assert rows[group] > 0
+    assert (
+        sum(v for k, v in rows.items() if k != "step") == rows["step"] + 0.0
+        or abs(sum(v for k, v in rows.items() if k != "step") - rows["step"]) < 0.01
+    )
+
+
+def test_step_with_unknown_model_is_one_line_error():
+    result = CliRunner().invoke(main, ["step", "--hardware", "H100", "--model", "Llama-9"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "--model: unknown model 'Llama-9'" in result.output
