@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from clustersim.architecture import GpuSpec, ModelShape
@@ -283,17 +283,47 @@ def _merge(name: str, parts: Iterable[OpCost], bound: Bound | None = None) -> Op
     return OpCost(name, flops, num_bytes, time_s, bound)
 
 
+_TOKEN_OPS = frozenset({"linear", "moe", "elementwise", "embedding", "all_reduce", "pp_send_recv"})
+
+
 @dataclass(frozen=True, slots=True)
 class RooflineCostModel:
-    """The roofline model bound to one replica's model, GPU and parallelism."""
+    """The roofline model bound to one replica's model, GPU and parallelism.
+
+    :meth:`price` gives the full breakdown; :meth:`step_duration_s` (the simulator's hot path) gives
+    the same number faster: the op groups that depend only on the number of tokens, or only on the
+    number of sequences, are priced once per distinct value and memoised.
+    """
 
     model: ModelShape
     gpu: GpuSpec
     tensor_parallel: int
     pipeline_parallel: int = 1
+    _token_ops_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _lm_head_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def step_duration_s(self, batch: StepBatch) -> float:
-        return self.price(batch).duration_s
+        tokens = batch.num_tokens
+        if tokens == 0:
+            return self.price(batch).duration_s
+        token_ops_s = self._token_ops_s.get(tokens)
+        if token_ops_s is None:
+            priced = self.price(StepBatch(prefill_new_tokens=(tokens,), prefill_context_tokens=(0,)))
+            token_ops_s = self._token_ops_s[tokens] = sum(op.time_s for op in priced.ops if op.name in _TOKEN_OPS)
+        num_seqs = batch.num_seqs
+        lm_head_s = self._lm_head_s.get(num_seqs)
+        if lm_head_s is None:
+            priced = self.price(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=num_seqs))
+            lm_head_s = self._lm_head_s[num_seqs] = priced.op("lm_head").time_s
+        model, gpu, tp = self.model, self.gpu, self.tensor_parallel
+        total = token_ops_s + lm_head_s + engine_overhead_s(batch, model, gpu)
+        if batch.prefill_new_tokens:
+            work = prefill_attention_work(batch.prefill_new_tokens, batch.prefill_context_tokens, model, tp)
+            total += model.num_layers * prefill_attention_layer_time(work, gpu).time_s
+        if batch.num_decode_seqs:
+            work = decode_attention_work(batch.num_decode_seqs, batch.decode_context_tokens, model, tp)
+            total += model.num_layers * decode_attention_layer_time(work, batch.num_decode_seqs, gpu).time_s
+        return total
 
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)

@@ -6,6 +6,8 @@ import math
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
@@ -291,3 +293,29 @@ def test_decode_step_shape_matches_step_price(case, tensor_parallel, num_seqs, c
     context = num_seqs * context_per_seq
     direct = model.step_duration_s(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=context))
     assert model.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    model_name=st.sampled_from(["Llama-3.1-8B", "Llama-3.1-70B", "Mixtral-8x7B", "DeepSeek-V3"]),
+    tp=st.sampled_from([1, 2, 8]),
+    prefills=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 8192)), max_size=4),
+    num_decode=st.integers(0, 300),
+    context_per_seq=st.integers(1, 20_000),
+)
+def test_fast_step_duration_equals_full_price(model_name, tp, prefills, num_decode, context_per_seq):
+    catalogue = Catalogue.builtin()
+    cost = RooflineCostModel(
+        ModelShape.from_profile(catalogue.model(model_name)),
+        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm")),
+        tp,
+    )
+    batch = StepBatch(
+        prefill_new_tokens=tuple(n for n, _ in prefills),
+        prefill_context_tokens=tuple(c for _, c in prefills),
+        num_decode_seqs=num_decode,
+        decode_context_tokens=num_decode * context_per_seq,
+    )
+    expected = cost.price(batch).duration_s
+    assert cost.step_duration_s(batch) == pytest.approx(expected, rel=1e-12)
+    assert cost.step_duration_s(batch) == pytest.approx(expected, rel=1e-12)  # memoised the second time

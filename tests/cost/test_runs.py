@@ -26,9 +26,7 @@ def test_hand_computed_runs(shape, expected):
     assert run_duration_s(shape, 10.0, 2.0, 5) == pytest.approx(expected)
 
 
-pieces = st.tuples(
-    st.floats(0, 1e-2), st.floats(0, 1e-6), st.floats(0, 1e-2), st.floats(0, 1e-6)
-)
+pieces = st.tuples(st.floats(0, 1e-2), st.floats(0, 1e-6), st.floats(0, 1e-2), st.floats(0, 1e-6))
 
 
 @settings(max_examples=300, deadline=None)
