@@ -171,14 +171,25 @@ def scenarios() -> None:
 @click.argument("data_dir", type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Write the scored samples and figure here.")
 @click.option("--fit", is_flag=True, help="Refit the measured GPUs on the training half and print YAML entries.")
-def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool) -> None:
+@click.option(
+    "--published",
+    is_flag=True,
+    help="Instead: run scenarios/published/ and compare with DATA_DIR/published/serving_results.csv.",
+)
+def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bool) -> None:
     """Score the cost model on the held-out half of the measured kernel times in DATA_DIR.
 
-    DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles.
+    DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles. With
+    --published, replay every published end-to-end serving result instead (runs kept under --out).
     """
     from clustersim.validation.cli import run_validate_cost
 
     try:
+        if published:
+            from clustersim.validation.published import format_comparisons, run_published
+
+            click.echo(format_comparisons(run_published(data_dir, out_dir)))
+            return
         click.echo(run_validate_cost(data_dir, out_dir, fit))
     except ClusterSimError as exc:
         _fail(str(exc))

@@ -1,0 +1,331 @@
+"""Replay published end-to-end serving results as scenarios and compare what they measured.
+
+Each row of ``published/serving_results.csv`` has a scenario ``scenarios/published/<row id>.yaml``. This
+module runs it and measures the row's metric the way the publication did:
+
+``tokens_per_s`` (MLPerf Offline)
+    Steady-state output tokens per second of the whole system. MLPerf Offline queues every sample at once
+    and runs >= 10 minutes, so ramp-up and the draining tail are a negligible part of its figure. A
+    simulated run is shorter, so it is measured over a window: per replica, from half the time the
+    replica's queue stayed non-empty to the end of the last step that left requests waiting (the replica
+    was saturated all along); tokens are counted at the end of the step that emits them, a step straddling
+    a window edge counting pro rata. The replicas' rates are summed.
+``completed_tokens_per_s`` (MLPerf Server)
+    Output tokens per second while Poisson arrivals keep coming: tokens emitted from half the
+    arrival span to the last arrival, over that time (the first half fills the batch; after the last
+    arrival the run only drains). A stable system emits the offered load; this checks it is stable.
+``ttft`` (TensorRT-LLM batch-1 latency table)
+    Time to first token of the single request, in ms: one context step plus the engine's step overhead.
+``output_tokens_per_s`` (TensorRT-LLM v0.6.1 peak-throughput table)
+    Output tokens over the makespan of one static batch, per GPU (the table's column is
+    "Throughput (out tok/s/GPU)").
+``mean_e2e_latency`` (vLLM ``benchmark_latency``)
+    Mean end-to-end latency in ms of the requests of one batch (they all finish together).
+``request_throughput`` (vLLM ``benchmark_throughput``)
+    Completed requests over the makespan, tail included, as the benchmark divides by the wall time of the
+    whole ``generate`` call.
+
+Server rows also carry the mean TTFT and TPOT from their MLPerf log summary (``mlperf_v4.1/``) as extra,
+informational comparisons (``<row id>/mean_ttft``, ``/mean_tpot``), measured over requests arriving in the
+same window as the throughput.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from clustersim.config.catalogue import Catalogue, builtin_data_dir
+from clustersim.config.loader import load_scenario
+from clustersim.errors import ConfigError
+from clustersim.metrics import request_latencies
+from clustersim.sim import run_scenario
+
+Metric = Literal[
+    "tokens_per_s",
+    "completed_tokens_per_s",
+    "ttft",
+    "output_tokens_per_s",
+    "mean_e2e_latency",
+    "request_throughput",
+    "mean_ttft",
+    "mean_tpot",
+]
+METRICS: tuple[str, ...] = get_args(Metric)
+WARMUP_FRAC = 0.5  # the first half of a saturated (or arrival) span is warm-up
+TARGET_PCT = 15.0
+CSV_COLUMNS = ("id", "source", "engine", "model", "gpu", "n_gpu", "metric", "value", "unit")
+
+# MLPerf v4.1 log summaries of the CSV's Server rows (the CSV's source column abbreviates some paths)
+SERVER_LOGS = {
+    "mlperf41_h100x8_srv": "NVIDIA__DGX-H100_H100-SXM-80GBx8_TRT__llama2-70b-99__Server.txt",
+    "mlperf41_h200x8_srv": "NVIDIA__H200-SXM-141GBx8_TRT__llama2-70b-99__Server.txt",
+    "mlperf41_h200x1_srv": "NVIDIA__H200-SXM-141GB-CTSx1_TRT__llama2-70b-99__Server.txt",
+}
+LOG_FIELDS = {"mean_ttft": "Mean First Token latency (ns)", "mean_tpot": "Mean Time to Output Token (ns)"}
+
+# Rows known to miss the 15% target: the bound the tests hold them to (the observed gap plus a margin, a
+# regression guard rather than an accuracy claim) and why they miss (README, "### Validation").
+KNOWN_GAPS: dict[str, tuple[float, str]] = {
+    "mlperf41_mi300x1_off": (75.0, "MI300X reuses H100-fitted kernel fractions; its 2024 ROCm FP8 stack got far less"),
+    "mlperf41_mi300x8_off": (75.0, "as mlperf41_mi300x1_off"),
+    "mlperf41_h100nvlx4_off": (55.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
+    "mlperf41_b200x1_off": (40.0, "B200 FP4 priced at the datasheet FP4 peak x H100 fractions; preview software"),
+    "mlperf40_h100x2_off": (35.0, "v4.0 software: the same TP2 engine did 11% more per GPU in v4.1"),
+    "trtllm061_h100_l7b_ttft2048": (25.0, "FP8 GEMMs priced with the BF16-fitted efficiency; v0.5 FP8 got less"),
+    "vllm_ci_h200_l8b_tput": (25.0, "ShareGPT length shapes assumed; vLLM V0 splits prefill and decode steps"),
+}
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published measurement (a row of ``serving_results.csv``, or a value from an MLPerf log)."""
+
+    row_id: str
+    source: str
+    engine: str
+    model: str
+    gpu: str
+    num_gpus: int
+    metric: Metric
+    value: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Predicted vs published for one row; ``error_pct`` is signed (positive: the model over-predicts)."""
+
+    row: PublishedRow
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.row.value) / self.row.value
+
+
+def _parse_metric(value: str, where: str) -> Metric:
+    for metric in METRICS:
+        if metric == value:
+            return metric  # type: ignore[return-value]
+    raise ConfigError(where, "metric", f"unknown metric '{value}'; known: {', '.join(METRICS)}")
+
+
+def load_published_rows(csv_path: Path) -> tuple[PublishedRow, ...]:
+    """The rows of ``serving_results.csv`` (one-line ``ConfigError`` for a malformed file)."""
+    if not csv_path.is_file():
+        raise ConfigError(str(csv_path), "", "file not found (expected published/serving_results.csv)")
+    with csv_path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ConfigError(str(csv_path), "header", f"missing columns {', '.join(missing)}")
+        rows = []
+        for line, raw in enumerate(reader, start=2):
+            where = f"{csv_path}:{line}"
+            try:
+                value, num_gpus = float(raw["value"]), int(raw["n_gpu"])
+            except ValueError as exc:
+                raise ConfigError(where, "value/n_gpu", f"not a number ({exc})") from exc
+            rows.append(
+                PublishedRow(
+                    raw["id"],
+                    raw["source"],
+                    raw["engine"],
+                    raw["model"],
+                    raw["gpu"],
+                    num_gpus,
+                    _parse_metric(raw["metric"], where),
+                    value,
+                    raw["unit"],
+                )
+            )
+    return tuple(rows)
+
+
+def log_rows(row: PublishedRow, logs_dir: Path) -> tuple[PublishedRow, ...]:
+    """Mean TTFT and TPOT (ms) from the MLPerf log summary of a Server row, if it has one."""
+    name = SERVER_LOGS.get(row.row_id)
+    if name is None or not (logs_dir / name).is_file():
+        return ()
+    text = (logs_dir / name).read_text(encoding="utf-8")
+    extra = []
+    for metric, label in LOG_FIELDS.items():
+        found = re.search(re.escape(label) + r"\s*:\s*([0-9.]+)", text)
+        if found is None:
+            raise ConfigError(str(logs_dir / name), label, "field missing from the log summary")
+        extra.append(
+            PublishedRow(
+                f"{row.row_id}/{metric}",
+                f"{row.source} ({name})",
+                row.engine,
+                row.model,
+                row.gpu,
+                row.num_gpus,
+                _parse_metric(metric, name),
+                float(found.group(1)) / 1e6,
+                "ms",
+            )
+        )
+    return tuple(extra)
+
+
+def _col(table: pa.Table, name: str) -> NDArray[Any]:
+    values: NDArray[Any] = table.column(name).to_numpy(zero_copy_only=False)
+    return values
+
+
+def tokens_emitted_between(steps: pa.Table, start_s: float, end_s: float) -> float:
+    """Output tokens emitted in ``[start_s, end_s]``; a row standing for several steps counts pro rata."""
+    begin = _col(steps, "started_at_s").astype(np.float64)
+    duration = _col(steps, "duration_s").astype(np.float64)
+    tokens = (_col(steps, "num_decode_tokens") + _col(steps, "num_prefill_seqs")).astype(np.float64)
+    num_steps = _col(steps, "num_steps").astype(np.float64)
+    # a row of k steps emits tokens/k at the end of each of its k equal steps
+    per_step = np.where(num_steps > 0, duration / np.maximum(num_steps, 1.0), 0.0)
+    total = 0.0
+    for k in np.unique(num_steps.astype(np.int64)):
+        rows = num_steps == k
+        for i in range(1, int(k) + 1):
+            at = begin[rows] + per_step[rows] * i
+            inside = (at >= start_s) & (at <= end_s)
+            total += float(tokens[rows][inside].sum()) / float(k)
+    return total
+
+
+def saturated_tokens_per_s(steps: pa.Table, num_replicas: int) -> float:
+    """Sum over replicas of the output rate while that replica had requests waiting (after a warm-up)."""
+    replica = _col(steps, "replica")
+    waiting = _col(steps, "num_waiting")
+    ends = _col(steps, "started_at_s") + _col(steps, "duration_s")
+    rate = 0.0
+    for r in range(num_replicas):
+        busy = (replica == r) & (waiting > 0)
+        if not busy.any():
+            continue
+        saturated_until_s = float(ends[busy].max())
+        start_s = WARMUP_FRAC * saturated_until_s
+        mine = steps.filter(pa.array(replica == r))
+        rate += tokens_emitted_between(mine, start_s, saturated_until_s) / (saturated_until_s - start_s)
+    return rate
+
+
+def _window_requests(requests: pa.Table, start_s: float, end_s: float) -> pa.Table:
+    arrival = requests.column("arrival_at_s")
+    keep = pc.and_(pc.greater_equal(arrival, start_s), pc.less_equal(arrival, end_s))
+    return requests.filter(keep)
+
+
+def measure(metric: Metric, requests: pa.Table, steps: pa.Table, num_replicas: int, num_gpus: int) -> float:
+    """The value of ``metric`` in the run whose logs are ``requests`` and ``steps`` (units as published)."""
+    arrivals = _col(requests, "arrival_at_s").astype(np.float64)
+    finished = _col(requests, "finished_at_s").astype(np.float64)
+    makespan_s = float(np.nanmax(finished))
+    window = (WARMUP_FRAC * float(arrivals.max()), float(arrivals.max()))
+    if metric == "tokens_per_s":
+        return saturated_tokens_per_s(steps, num_replicas)
+    if metric == "completed_tokens_per_s":
+        return tokens_emitted_between(steps, *window) / (window[1] - window[0])
+    if metric in ("mean_ttft", "mean_tpot"):
+        latencies = request_latencies(_window_requests(requests, *window))
+        values = latencies["ttft_s" if metric == "mean_ttft" else "tpot_s"]
+        return 1e3 * float(np.nanmean(values))
+    if metric in ("ttft", "mean_e2e_latency"):
+        latencies = request_latencies(requests)
+        return 1e3 * float(latencies["ttft_s" if metric == "ttft" else "e2e_s"].mean())
+    if metric == "output_tokens_per_s":
+        emitted = float(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
+        return emitted / makespan_s / num_gpus
+    completed = int(pc.sum(pc.equal(requests.column("status"), "completed")).as_py() or 0)
+    return completed / makespan_s
+
+
+def scenario_path(row_id: str, scenarios_dir: Path | None = None) -> Path:
+    """``scenarios/published/<row id>.yaml`` (built-in unless ``scenarios_dir`` is given)."""
+    base = scenarios_dir if scenarios_dir is not None else builtin_data_dir("scenarios") / "published"
+    return base / f"{row_id.split('/')[0]}.yaml"
+
+
+def run_row(
+    row: PublishedRow,
+    extra: Sequence[PublishedRow],
+    out_dir: Path,
+    scenarios_dir: Path | None = None,
+    catalogue: Catalogue | None = None,
+) -> list[Comparison]:
+    """Run a row's scenario into ``out_dir`` and compare the row (and its log extras) with the prediction."""
+    path = scenario_path(row.row_id, scenarios_dir)
+    if not path.is_file():
+        raise ConfigError(str(path), "", f"no scenario for published row '{row.row_id}'")
+    loaded = load_scenario(path)
+    result = run_scenario(loaded, out_dir, catalogue)
+    requests = pq.read_table(result.out_dir / "requests.parquet")
+    steps = pq.read_table(result.out_dir / "steps.parquet")
+    replicas = loaded.scenario.cluster.num_replicas
+    return [Comparison(r, measure(r.metric, requests, steps, replicas, r.num_gpus)) for r in (row, *extra)]
+
+
+def run_published(
+    data_dir: Path,
+    out_dir: Path | None = None,
+    row_ids: Sequence[str] | None = None,
+    scenarios_dir: Path | None = None,
+) -> list[Comparison]:
+    """Run the scenario of every published row (or of ``row_ids``) and compare; runs go under ``out_dir``."""
+    published = data_dir / "published" if (data_dir / "published").is_dir() else data_dir
+    rows = load_published_rows(published / "serving_results.csv")
+    if row_ids is not None:
+        unknown = sorted(set(row_ids) - {r.row_id for r in rows})
+        if unknown:
+            raise ConfigError(str(published / "serving_results.csv"), "id", f"no row '{unknown[0]}'")
+        rows = tuple(r for r in rows if r.row_id in set(row_ids))
+    catalogue = Catalogue.builtin()
+    comparisons: list[Comparison] = []
+    with tempfile.TemporaryDirectory(prefix="clustersim-published-") as scratch:
+        base = out_dir if out_dir is not None else Path(scratch)
+        for row in rows:
+            extra = log_rows(row, published / "mlperf_v4.1")
+            comparisons += run_row(row, extra, base / row.row_id, scenarios_dir, catalogue)
+    return comparisons
+
+
+def format_comparisons(comparisons: Sequence[Comparison]) -> str:
+    """An aligned table: row, metric, published, predicted, signed error and whether it is within target."""
+    lines = [f"{'row':<34} {'metric':<23} {'published':>10} {'predicted':>10} {'unit':<7} {'error':>8}  within"]
+    for c in comparisons:
+        informational = "/" in c.row.row_id
+        bound = KNOWN_GAPS.get(c.row.row_id)
+        if informational:
+            verdict = "info"
+        elif abs(c.error_pct) <= TARGET_PCT:
+            verdict = f"<= {TARGET_PCT:.0f}%"
+        else:
+            verdict = f"NO (known: {bound[1]})" if bound else "NO"
+        lines.append(
+            f"{c.row.row_id:<34} {c.row.metric:<23} {c.row.value:>10.4g} {c.predicted:>10.4g} {c.row.unit:<7} "
+            f"{c.error_pct:>+7.1f}%  {verdict}"
+        )
+    scored = [c for c in comparisons if "/" not in c.row.row_id]
+    if scored:
+        inside = sum(abs(c.error_pct) <= TARGET_PCT for c in scored)
+        mape = sum(abs(c.error_pct) for c in scored) / len(scored)
+        lines.append(f"{inside} of {len(scored)} rows within {TARGET_PCT:.0f}%; mean absolute error {mape:.1f}%")
+    return "\n".join(lines)
+
+
+def within_bound(comparison: Comparison) -> bool:
+    """Whether a row meets its bound: the 15% target, or its documented larger bound in ``KNOWN_GAPS``."""
+    bound = KNOWN_GAPS.get(comparison.row.row_id, (TARGET_PCT, ""))[0]
+    return math.isfinite(comparison.predicted) and abs(comparison.error_pct) <= bound
