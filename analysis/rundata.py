@@ -38,6 +38,7 @@ STEP_COLUMNS = (
     "num_seqs",
     "num_prefill_seqs",
     "num_decode_tokens",
+    "num_emitted_tokens",
     "kv_used_blocks",
     "kv_total_blocks",
     "num_waiting",
@@ -123,14 +124,14 @@ class RunData:
         return self.requests[self.requests["status"] == "completed"]
 
     def emitted_tokens(self) -> NDArray[np.float64]:
-        """Output tokens produced by each step row: ``num_steps * (num_decode_tokens + num_prefill_seqs)``.
+        """Output tokens produced by each step row: ``num_steps * num_emitted_tokens``.
 
-        A prefill emits the sequence's first token; every decode emits one more.
+        Each iteration emits one token per decoding sequence plus the first token of every sequence
+        whose prefill completed (a chunk that does not finish its prompt emits nothing).
         """
-        decode = self.steps["num_decode_tokens"].to_numpy(np.float64)
-        prefill = self.steps["num_prefill_seqs"].to_numpy(np.float64)
+        per_step = self.steps["num_emitted_tokens"].to_numpy(np.float64)
         num_steps = self.steps["num_steps"].to_numpy(np.float64)
-        emitted: NDArray[np.float64] = (decode + prefill) * num_steps
+        emitted: NDArray[np.float64] = per_step * num_steps
         return emitted
 
 

@@ -1,6 +1,6 @@
 """Output tokens per second over simulated time, from ``steps.parquet``.
 
-A step row emits ``num_steps * (num_decode_tokens + num_prefill_seqs)`` tokens (a prefill emits
+A step row emits ``num_steps * num_emitted_tokens`` tokens (a prefill emits
 its sequence's first token). The tokens are spread evenly over the row's interval before binning,
 so the curve is the rate at which the cluster produced tokens, and its integral is the run's total.
 """

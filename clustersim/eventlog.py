@@ -44,6 +44,7 @@ STEP_SCHEMA = pa.schema(
         ("num_prefill_seqs", pa.int32()),
         ("num_prefill_tokens", pa.int64()),
         ("num_decode_tokens", pa.int64()),
+        ("num_emitted_tokens", pa.int64()),
         ("kv_used_blocks", pa.int64()),
         ("kv_total_blocks", pa.int64()),
         ("num_preemptions", pa.int32()),

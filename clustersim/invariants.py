@@ -70,7 +70,10 @@ def check_steps(steps: pa.Table, requests: pa.Table, scenario: Scenario) -> list
     problems: list[str] = []
     num_steps = _np(steps, "num_steps")
     decode, prefill_seqs = _np(steps, "num_decode_tokens"), _np(steps, "num_prefill_seqs")
-    emitted_by_steps = int((num_steps * (decode + prefill_seqs)).sum())
+    emitted = _np(steps, "num_emitted_tokens")
+    if np.any(emitted < decode) or np.any(emitted > decode + prefill_seqs):
+        problems.append("a step emitted fewer tokens than it decoded, or more than its decodes plus prefills")
+    emitted_by_steps = int((num_steps * emitted).sum())
     emitted_by_requests = int(_np(requests, "num_emitted_tokens").sum())
     if emitted_by_steps != emitted_by_requests:
         problems.append(

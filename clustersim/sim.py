@@ -32,6 +32,7 @@ from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.metrics import summarize
 from clustersim.registry import default_registries
 from clustersim.replica.policies import BatchLimits
+from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica, ReplicaSpec
 from clustersim.workload.arrivals import tenant_arrivals
 from clustersim.workload.request import Request
@@ -110,6 +111,12 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
         )
     if scenario.kv.num_blocks is not None:
         num_blocks = scenario.kv.num_blocks
+    if scenario.scheduler.slo_admission != "off" and not ttft_targets_s(scenario):
+        raise ConfigError(
+            source,
+            "scheduler.slo_admission",
+            f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
+        )
     costs, _ = default_registries()
     cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
     if isinstance(cost_model, RooflineCostModel) and pp > 1:
@@ -131,6 +138,19 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(partial, path)
+
+
+def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
+    """Each tenant's TTFT target: its own SLO's, else the scenario's (tenants without one are absent)."""
+    targets: dict[str, float] = {}
+    for tenant in scenario.workload.tenants:
+        tenant_slo = getattr(tenant, "slo", None)
+        target = tenant_slo.ttft_s if tenant_slo is not None and tenant_slo.ttft_s is not None else None
+        if target is None and scenario.slo is not None:
+            target = scenario.slo.ttft_s
+        if target is not None:
+            targets[tenant.name] = target
+    return targets
 
 
 class CountingEnvironment(simpy.Environment):
@@ -165,6 +185,8 @@ def simulate(
         last_end_s = max(last_end_s, end_s)
         log.record_request(request)
 
+    ttft_targets = ttft_targets_s(scenario)
+    priorities = {t.name: getattr(t, "priority", 0) for t in scenario.workload.tenants}
     replicas = [
         Replica(
             env,
@@ -175,10 +197,14 @@ def simulate(
                 resources.num_kv_blocks,
                 resources.model.max_model_len_tokens,
                 scenario.simulation.fast_forward,
+                scenario.scheduler.batch_wait_s,
+                scenario.scheduler.slo_admission,
+                ttft_targets,
             ),
             resources.cost_model,
             log,
             on_final,
+            make_queue(scenario.scheduler.ordering, priorities),
         )
         for i in range(scenario.cluster.num_replicas)
     ]

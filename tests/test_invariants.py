@@ -45,8 +45,12 @@ def test_causality(logs):
 
 def test_token_conservation_and_limits(logs):
     requests, steps = logs
-    more = replace(steps, "num_decode_tokens", [x + 1 for x in steps.column("num_decode_tokens").to_pylist()])
+    more = replace(steps, "num_emitted_tokens", [x + 1 for x in steps.column("num_emitted_tokens").to_pylist()])
     assert any(p.startswith("token conservation:") for p in check_steps(more, requests, SCENARIO))
+    inconsistent = replace(steps, "num_decode_tokens", [x + 1 for x in steps.column("num_decode_tokens").to_pylist()])
+    assert "a step emitted fewer tokens than it decoded, or more than its decodes plus prefills" in check_steps(
+        inconsistent, requests, SCENARIO
+    )
     crowded = replace(steps, "num_seqs", [9] * steps.num_rows)
     assert "a step ran 9 sequences > max_num_seqs 4" in check_steps(crowded, requests, SCENARIO)
     full = replace(steps, "kv_used_blocks", [10**6] * steps.num_rows)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
@@ -28,6 +28,25 @@ requests_strategy = st.lists(
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     requests = sorted(draw(requests_strategy))
     horizon = draw(st.one_of(st.none(), st.floats(1, 60)))
+    policy = draw(st.sampled_from(["static", "continuous", "vllm", "chunked_prefill"]))
+    scheduler: dict[str, Any] = {
+        "policy": policy,
+        "max_num_seqs": draw(st.integers(1, 8)),
+        "max_num_batched_tokens": draw(st.integers(64, 1024)),
+        "ordering": draw(
+            st.sampled_from(
+                [
+                    {"kind": "fcfs"},
+                    {"kind": "shortest_prompt_first", "aging_tokens_per_s": 50},
+                    {"kind": "fair_share"},
+                    {"kind": "priority"},
+                ]
+            )
+        ),
+        "slo_admission": draw(st.sampled_from(["off", "shed", "defer"])),
+    }
+    if policy == "static":
+        scheduler["batch_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
     return {
         "name": "prop",
         "seed": draw(st.integers(0, 10)),
@@ -45,14 +64,11 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             ]
         },
         "cluster": {"num_replicas": draw(st.integers(1, 3)), "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
-        "scheduler": {
-            "policy": draw(st.sampled_from(["static", "continuous"])),
-            "max_num_seqs": draw(st.integers(1, 8)),
-            "max_num_batched_tokens": draw(st.integers(64, 1024)),
-        },
+        "scheduler": scheduler,
         "kv": {"block_size_tokens": draw(st.sampled_from([1, 4, 16])), "num_blocks": draw(st.integers(4, 120))},
         "cost": draw(st.sampled_from([{"kind": "unit", "step_time_s": 1.0}, {"kind": "roofline"}])),
         "stop": {"horizon_s": horizon} if horizon else {},
+        "slo": {"ttft_s": draw(st.floats(0.5, 20))},
     }
 
 
@@ -63,6 +79,38 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
+@example(
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 32},
+                            {"arrival_at_s": 18.44293270573001, "prompt_tokens": 1, "output_tokens": 1},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "chunked_prefill",
+            "max_num_seqs": 5,
+            "max_num_batched_tokens": 64,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "defer",
+        },
+        "kv": {"block_size_tokens": 1, "num_blocks": 72},
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {},
+        "slo": {"ttft_s": 0.5},
+    },
+).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = run(raw, Path(tmp), True)

@@ -153,16 +153,61 @@ class RoundRobinRouter(StrictModel):
     kind: Literal["round_robin"] = "round_robin"
 
 
+class FcfsOrdering(StrictModel):
+    """First come, first served."""
+
+    kind: Literal["fcfs"] = "fcfs"
+
+
+class ShortestPromptFirstOrdering(StrictModel):
+    """Shortest prompt first; each second waited counts as ``aging_tokens_per_s`` fewer prompt tokens."""
+
+    kind: Literal["shortest_prompt_first"]
+    aging_tokens_per_s: NonNegativeFloat = 1000.0
+
+
+class PriorityOrdering(StrictModel):
+    """Higher tenant ``priority`` first, arrival order within a priority."""
+
+    kind: Literal["priority"]
+
+
+class FairShareOrdering(StrictModel):
+    """Weighted fair share of admitted tokens between tenants (weight 1 for tenants not listed)."""
+
+    kind: Literal["fair_share"]
+    weights: dict[str, PositiveFloat] = Field(default_factory=dict)
+
+
+Ordering = Annotated[
+    FcfsOrdering | ShortestPromptFirstOrdering | PriorityOrdering | FairShareOrdering, Field(discriminator="kind")
+]
+
+
 class Scheduler(StrictModel):
     """The per-replica iteration scheduler.
 
-    ``static`` forms a batch only when the replica is idle and runs it to completion;
-    ``continuous`` (Orca-style) admits and retires sequences at every iteration.
+    ``static``: request-level batches, formed only when the replica is idle (optionally waiting up
+    to ``batch_wait_s`` for a fuller batch) and run to completion. ``continuous`` (Orca): every
+    iteration admits whole prompts next to the running decodes. ``vllm``: a step either prefills
+    newly admitted prompts (decodes pause) or decodes the running sequences. ``chunked_prefill``
+    (Sarathi-Serve): each step's token budget goes first to decodes, then to chunks of prompts.
+    ``slo_admission``: ``shed`` rejects a waiting request once it can no longer meet its TTFT
+    target; ``defer`` moves it behind requests that still can.
     """
 
-    policy: Literal["static", "continuous"] = "continuous"
+    policy: Literal["static", "continuous", "vllm", "chunked_prefill"] = "continuous"
     max_num_seqs: PositiveInt = 256
     max_num_batched_tokens: PositiveInt = 8192
+    batch_wait_s: NonNegativeFloat = 0.0
+    ordering: Ordering = FcfsOrdering()
+    slo_admission: Literal["off", "defer", "shed"] = "off"
+
+    @model_validator(mode="after")
+    def _static_only_waits(self) -> Scheduler:
+        if self.batch_wait_s > 0 and self.policy != "static":
+            raise ValueError(f"batch_wait_s applies to policy static only, not {self.policy}")
+        return self
 
 
 class KVCache(StrictModel):

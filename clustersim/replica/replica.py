@@ -1,19 +1,23 @@
 """One GPU replica's iteration-level scheduler, as a SimPy process.
 
-Each iteration: grow running sequences that cross a KV block boundary (preempting the most
-recently admitted when no block is free), admit waiting requests (the policy decides), price
-the step, ``yield`` its duration, then emit tokens and retire finished requests.
+Each iteration: grow decoding sequences that cross a KV block boundary (preempting the most
+recently admitted when no block is free), let the batching policy admit waiting requests and
+assign prompt chunks, price the step, ``yield`` its duration, then emit tokens and retire
+finished requests.
 
-Work is per event, never per token per sequence. A running sequence's token count and context
-length are affine in the replica's step index ``k``, so the loop keeps only aggregates: the
-number of decoding sequences, the sum of their context offsets, and the sequences bucketed by
-context offset modulo the block size (the bucket ``(1 - k) mod block_size`` is exactly the set
-that needs a new block at step ``k``). Finishes come from a heap keyed by step index.
+Work is per event, never per token per sequence. Decoding sequences advance together, one token
+per *decode step*; the replica counts decode steps with its decode index ``D`` (a ``vllm``
+prefill-only step pauses the decodes and does not advance it). A decoding sequence's token count
+and context length are affine in ``D``, so the loop keeps only aggregates: the number of decoding
+sequences, the sum of their context offsets, and the sequences bucketed by context offset modulo
+the block size (bucket ``(1 - D) mod block_size`` is exactly the set that needs a new block at
+decode step ``D``). Finishes come from a heap keyed by decode index.
 
 Fast forward: a pure-decode iteration is followed by identical ones until the next finish, the
-step where the KV pool would run out, or an arrival that could be admitted; such a run is one
-event whose duration is the closed-form sum of its steps (:mod:`clustersim.cost.runs`), and one
-``steps.parquet`` row with ``num_steps`` > 1. Token times equal the step-by-step mode's.
+step where the KV pool would run out, a waiting request's SLO deadline, or an arrival that could
+be admitted; such a run is one event whose duration is the closed-form sum of its steps
+(:mod:`clustersim.cost.runs`), and one ``steps.parquet`` row with ``num_steps`` > 1. Token times
+equal the step-by-step mode's.
 
 Same-instant ordering (documented contract): when a step ends at time t, tokens are emitted and
 finished requests retire at t first; then every other event already due at t (arrivals) runs;
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import simpy
@@ -36,7 +40,18 @@ from clustersim.cost.base import CostModel, DecodeStepShape, StepBatch
 from clustersim.cost.runs import run_duration_s, steps_done_by
 from clustersim.eventlog import RunLog
 from clustersim.kvcache.paged import BlockPool
-from clustersim.replica.policies import Admission, BatchingPolicy, BatchLimits, rejection_reason, select_admissions
+from clustersim.replica.policies import (
+    BatchingPolicy,
+    BatchLimits,
+    SloAdmission,
+    admits,
+    blocks_to_admit,
+    misses_ttft,
+    prefill_tokens_of,
+    rejection_reason,
+    token_budget,
+)
+from clustersim.replica.queues import FcfsQueue, WaitingQueue
 from clustersim.workload.request import Request
 
 
@@ -44,27 +59,40 @@ class ReplicaStalledError(RuntimeError):
     """The replica has waiting requests but can admit none while idle: a bug, reported loudly."""
 
 
-class _Running:
-    """A sequence in the running batch; its counters are affine in the replica step index ``k``.
+class _Seat:
+    """A sequence holding a seat: prefilling (``done_tokens < prefill_tokens``) or decoding.
 
-    KV tokens needed at step k: ``kv_offset + k``; tokens emitted after step k: ``emit_base + k``.
+    Decoding counters are affine in the decode index D: KV tokens needed at decode step D are
+    ``kv_offset + D``; tokens emitted after decode step D are ``emit_base + D``.
     """
 
-    __slots__ = ("alive", "emit_base", "finish_step", "kv_offset", "order", "request", "reserved_blocks")
+    __slots__ = (
+        "alive",
+        "decoding",
+        "done_tokens",
+        "emit_base",
+        "finish_index",
+        "kv_offset",
+        "order",
+        "prefill_tokens",
+        "request",
+        "reserved_blocks",
+    )
 
-    def __init__(
-        self, request: Request, order: int, kv_offset: int, emit_base: int, finish_step: int, reserved_blocks: int
-    ) -> None:
+    def __init__(self, request: Request, order: int, prefill_tokens: int, reserved_blocks: int) -> None:
         self.request = request
         self.order = order
-        self.kv_offset = kv_offset
-        self.emit_base = emit_base
-        self.finish_step = finish_step
+        self.prefill_tokens = prefill_tokens
+        self.done_tokens = 0
         self.reserved_blocks = reserved_blocks
+        self.decoding = False
+        self.kv_offset = 0
+        self.emit_base = 0
+        self.finish_index = 0
         self.alive = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ReplicaSpec:
     """Everything fixed about one replica."""
 
@@ -74,20 +102,24 @@ class ReplicaSpec:
     num_kv_blocks: int
     max_model_len_tokens: int
     fast_forward: bool = True
+    batch_wait_s: float = 0.0
+    slo_admission: SloAdmission = "off"
+    ttft_targets_s: Mapping[str, float] = field(default_factory=dict)
 
 
 class _InFlight:
     """The step, or run of identical decode steps, the replica is executing."""
 
     __slots__ = (
+        "advances",
         "batch",
+        "chunks",
         "cuttable",
         "duration_total_s",
         "first_context",
-        "first_step",
+        "first_index",
         "num_preempted",
         "num_steps",
-        "prefills",
         "shape",
         "started_at_s",
     )
@@ -95,22 +127,23 @@ class _InFlight:
     def __init__(
         self,
         started_at_s: float,
-        first_step: int,
+        first_index: int,
         num_steps: int,
         batch: StepBatch,
-        prefills: list[_Running],
+        chunks: list[tuple[_Seat, int]],
         num_preempted: int,
         shape: DecodeStepShape | None,
-        cuttable: bool,
+        advances: bool,
     ) -> None:
         self.started_at_s = started_at_s
-        self.first_step = first_step
+        self.first_index = first_index  # the decode index of the first step
         self.num_steps = num_steps
         self.batch = batch
-        self.prefills = prefills
+        self.chunks = chunks  # (seat, prompt tokens it processes this step)
         self.num_preempted = num_preempted
-        self.shape = shape  # set for runs of several decode steps (closed-form duration)
-        self.cuttable = cuttable  # an admissible arrival may end the run early (continuous batching)
+        self.shape = shape  # set for pure-decode steps (closed-form duration)
+        self.advances = advances  # whether the decode index advances (False: vllm prefill-only step)
+        self.cuttable = False  # an admissible arrival may end the run early
         self.first_context = batch.decode_context_tokens
         self.duration_total_s = 0.0
 
@@ -131,6 +164,7 @@ class Replica:
         cost_model: CostModel,
         log: RunLog,
         on_final: Callable[[Request], None],
+        waiting: WaitingQueue | None = None,
     ) -> None:
         self.env = env
         self.spec = spec
@@ -138,54 +172,72 @@ class Replica:
         self.log = log
         self.on_final = on_final
         self.pool = BlockPool(spec.num_kv_blocks)
-        self.waiting: deque[Request] = deque()
-        self.running: dict[int, _Running] = {}  # insertion order = admission order
-        self.step_index = 0
+        self.waiting: WaitingQueue = waiting if waiting is not None else FcfsQueue()
+        self.deferred: deque[Request] = deque()  # predicted to miss their TTFT: served when nothing else waits
+        self.seats: dict[int, _Seat] = {}  # admission order: the last is the preemption victim
         self.busy_s = 0.0
         self.num_preemptions = 0
+        self._policy = spec.policy
+        self._limits = spec.limits
         self._block_size = spec.limits.block_size_tokens
-        self._growing = spec.policy == "continuous"  # static reserves whole sequences up front
-        self._buckets: list[dict[int, _Running]] = [{} for _ in range(self._block_size)]
-        self._finish_heap: list[tuple[int, int, _Running]] = []
+        self._growing = spec.policy != "static"  # static reserves whole sequences up front
+        self._prefilling: dict[int, _Seat] = {}
+        self._buckets: list[dict[int, _Seat]] = [{} for _ in range(self._block_size)]
+        self._finish_heap: list[tuple[int, int, _Seat]] = []
+        self._decode_index = 0
         self._num_decode = 0
         self._decode_kv_offset_sum = 0
         self._num_admitted = 0
         self._shapes: dict[int, DecodeStepShape] = {}
+        self._prefill_s: dict[int, float] = {}
         self._in_flight: _InFlight | None = None
-        self._grown_through = -1  # blocks are allocated for every step up to this one
+        self._grown_through = -1  # blocks are allocated for every decode step up to this index
         self._wakeup: simpy.Event | None = None
         self.process = env.process(self._run())
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_outstanding(self) -> int:
+        """Requests queued or holding a seat here."""
+        return len(self.waiting) + len(self.deferred) + len(self.seats)
+
+    @property
+    def kv_used_frac(self) -> float:
+        """Fraction of this replica's KV blocks in use."""
+        return self.pool.num_used_blocks / self.pool.num_total_blocks
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, request: Request) -> None:
         """Accept a routed request: queue it, or reject it now if it can never be served here."""
         request.replica = self.spec.index
         reason = rejection_reason(
-            request, self.spec.policy, self.spec.limits, self.spec.num_kv_blocks, self.spec.max_model_len_tokens
+            request, self._policy, self._limits, self.spec.num_kv_blocks, self.spec.max_model_len_tokens
         )
         if reason:
-            request.status = "rejected"
-            request.reject_reason = reason
-            self.on_final(request)
+            self._reject(request, reason)
             return
-        was_empty = not self.waiting
-        self.waiting.append(request)
+        self.waiting.push(request)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
-        elif was_empty and self._in_flight is not None and self._in_flight.cuttable:
+        elif self._in_flight is not None and self._in_flight.cuttable and self.waiting.peek() is request:
             self._maybe_cut_run(request)
 
-    def _maybe_cut_run(self, request: Request) -> None:
-        """End the current decode run at the next step boundary if ``request`` could be admitted there.
+    def _reject(self, request: Request, reason: str) -> None:
+        request.status = "rejected"
+        request.reject_reason = reason
+        self.on_final(request)
 
-        Within a run nothing frees seats, tokens or blocks, so if the request cannot be admitted at
-        the next boundary it cannot be admitted before the run ends either: no cut is needed.
+    def _maybe_cut_run(self, request: Request) -> None:
+        """End the current decode run at the next step boundary if ``request`` (the new head) is admitted there.
+
+        Within a run nothing frees seats, tokens or blocks, so a request that cannot be admitted at
+        the next boundary cannot be admitted before the run ends either: no cut is needed.
         """
         run = self._in_flight
         assert run is not None and run.shape is not None
-        limits = self.spec.limits
         n = self._num_decode
-        if len(self.running) >= limits.max_num_seqs or n + request.prompt_tokens > limits.max_num_batched_tokens:
+        tokens_left = token_budget(self._policy, self._limits, n)
+        if not admits(request, self._policy, self._limits, len(self.seats), tokens_left, 1 << 62, True):
             return
         elapsed_s = self.env.now - run.started_at_s
         done = steps_done_by(run.shape, run.first_context, n, run.num_steps, elapsed_s)
@@ -193,10 +245,19 @@ class Replica:
         new_num_steps = max(done if ends_now else done + 1, 1)
         if new_num_steps >= run.num_steps:
             return
-        boundary = run.first_step + new_num_steps
-        unused_growth = self._growth(boundary, run.first_step + run.num_steps - 1)
-        free_at_boundary = self.pool.num_free_blocks + unused_growth - self._growth(boundary, boundary)
-        if blocks_for_tokens(request.prompt_tokens, self._block_size) > free_at_boundary:
+        boundary_at_s = run.started_at_s + run.duration_s(new_num_steps, self.cost_model)
+        # shed, or deferred behind other requests: the boundary admits nothing it would not have anyway;
+        # deferred with nothing else waiting, it is the head there and may be admitted
+        removed_at_boundary = self._sheds_or_defers(request, boundary_at_s)
+        if removed_at_boundary and (self.spec.slo_admission == "shed" or len(self.waiting) > 1 or self.deferred):
+            return
+        boundary = run.first_index + new_num_steps
+        unused_growth = self._growth(boundary, run.first_index + run.num_steps - 1)
+        grows_at_boundary = self._policy != "vllm"  # a vllm prefill step pauses the decodes
+        free = (
+            self.pool.num_free_blocks + unused_growth - (self._growth(boundary, boundary) if grows_at_boundary else 0)
+        )
+        if blocks_to_admit(request, self._policy, self._block_size) > free:
             return
         self.pool.free(unused_growth)
         self._grown_through = boundary - 1
@@ -205,37 +266,27 @@ class Replica:
         run.cuttable = False  # it now ends at the next boundary anyway
         self.process.interrupt()
 
-    @property
-    def num_outstanding(self) -> int:
-        """Requests queued or running here."""
-        return len(self.waiting) + len(self.running)
-
     # ------------------------------------------------------------------ the loop
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
             if env.peek() == env.now:
                 yield env.timeout(0)  # let every event already due now (arrivals) run first
-            k = self.step_index
-            num_preempted = self._grow_blocks(k)
-            admissions = select_admissions(
-                self.waiting,
-                self.spec.policy,
-                self.spec.limits,
-                len(self.running),
-                self._num_decode,
-                self.pool.num_free_blocks,
-            )
-            if not admissions and not self.running:
-                if self.waiting:
-                    raise ReplicaStalledError(
-                        f"replica {self.spec.index} is idle with {len(self.waiting)} waiting requests it cannot admit"
-                    )
-                self._wakeup = env.event()
-                yield self._wakeup
+            if self.spec.batch_wait_s > 0 and not self.seats and self._wants_fuller_batch():
+                yield env.any_of([self._arm_wakeup(), env.timeout(self._batch_deadline_s() - env.now)])
                 self._wakeup = None
                 continue
-            run = self._plan(k, admissions, num_preempted)
+            self._apply_slo_admission()
+            run = self._plan()
+            if run is None:
+                if len(self.waiting) or self.deferred:
+                    raise ReplicaStalledError(
+                        f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests "
+                        "it cannot admit"
+                    )
+                yield self._arm_wakeup()
+                self._wakeup = None
+                continue
             run.duration_total_s = run.duration_s(run.num_steps, self.cost_model)
             self._in_flight = run
             try:
@@ -245,29 +296,144 @@ class Replica:
             self._in_flight = None
             self._end(run, run.num_steps, env.now)
 
-    def _plan(self, k: int, admissions: list[Admission], num_preempted: int) -> _InFlight:
-        """Start the admitted prefills and decide how many identical steps to run from step ``k``."""
-        prefills = [self._start(admission, k) for admission in admissions]
+    def _arm_wakeup(self) -> simpy.Event:
+        self._wakeup = self.env.event()
+        return self._wakeup
+
+    # ------------------------------------------------------------------ static batching: wait for a fuller batch
+    def _wants_fuller_batch(self) -> bool:
+        return 0 < len(self.waiting) < self._limits.max_num_seqs and self.env.now < self._batch_deadline_s()
+
+    def _batch_deadline_s(self) -> float:
+        oldest_s: float = min(request.arrival_at_s for request in self.waiting)  # type: ignore[attr-defined]
+        return oldest_s + self.spec.batch_wait_s
+
+    # ------------------------------------------------------------------ SLO-aware admission
+    def _prefill_estimate_s(self, request: Request) -> float:
+        tokens = prefill_tokens_of(request)
+        estimate = self._prefill_s.get(tokens)
+        if estimate is None:
+            batch = StepBatch(prefill_new_tokens=(tokens,), prefill_context_tokens=(0,))
+            estimate = self._prefill_s[tokens] = self.cost_model.step_duration_s(batch)
+        return estimate
+
+    def _sheds_or_defers(self, request: Request, at_s: float) -> bool:
+        if self.spec.slo_admission == "off" or request.num_emitted_tokens > 0:
+            return False
+        target = self.spec.ttft_targets_s.get(request.tenant)
+        return target is not None and misses_ttft(request, at_s, self._prefill_estimate_s(request), target)
+
+    def _apply_slo_admission(self) -> None:
+        """Shed (or defer) waiting heads that would miss their TTFT target if admitted now."""
+        now = self.env.now
+        while len(self.waiting) and self._sheds_or_defers(self.waiting.peek(), now):
+            request = self.waiting.pop()
+            if self.spec.slo_admission == "shed":
+                target = self.spec.ttft_targets_s[request.tenant]
+                self._reject(request, f"shed: predicted TTFT above the {target:g} s target")
+            else:
+                self.deferred.append(request)
+
+    def _slo_deadline_s(self) -> float | None:
+        """When the waiting head would start missing its TTFT target (a run must stop there to re-check)."""
+        if self.spec.slo_admission == "off" or not len(self.waiting):
+            return None
+        head = self.waiting.peek()
+        target = self.spec.ttft_targets_s.get(head.tenant)
+        if target is None or head.num_emitted_tokens > 0:
+            return None
+        return head.arrival_at_s + target - self._prefill_estimate_s(head)
+
+    # ------------------------------------------------------------------ planning a step
+    def _head(self) -> Request | None:
+        if len(self.waiting):
+            return self.waiting.peek()
+        return self.deferred[0] if self.deferred else None
+
+    def _pop_head(self) -> Request:
+        return self.waiting.pop() if len(self.waiting) else self.deferred.popleft()
+
+    def _admit(self, tokens_left: int, chunks: list[tuple[_Seat, int]]) -> int:
+        """Admit heads while the policy lets them in; append their (first) chunks. Returns tokens left."""
+        first = not chunks
+        while (head := self._head()) is not None and admits(
+            head, self._policy, self._limits, len(self.seats), tokens_left, self.pool.num_free_blocks, first
+        ):
+            seat = self._seat(self._pop_head())
+            chunk = min(seat.prefill_tokens, tokens_left) if self._policy == "chunked_prefill" else seat.prefill_tokens
+            chunks.append((seat, chunk))
+            tokens_left -= chunk
+            first = False
+        return tokens_left
+
+    def _plan(self) -> _InFlight | None:
+        """Decide the next step (or run of decode steps); None when there is nothing to do."""
+        d = self._decode_index
         n = self._num_decode
+        chunks: list[tuple[_Seat, int]] = []
+        num_preempted = 0
+        decodes = n > 0
+        if self._policy == "static":
+            if not self.seats:
+                self._admit(self._limits.max_num_batched_tokens, chunks)
+        elif self._policy == "vllm":
+            self._admit(self._limits.max_num_batched_tokens, chunks)
+            decodes = decodes and not chunks
+            if decodes:
+                num_preempted = self._grow_blocks(d)
+        else:
+            num_preempted = self._grow_blocks(d)
+            n = self._num_decode
+            decodes = n > 0
+            tokens_left = self._limits.max_num_batched_tokens - n
+            for seat in self._prefilling.values():  # chunked: continue started prompts first
+                if tokens_left <= 0:
+                    break
+                chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
+                chunks.append((seat, chunk))
+                tokens_left -= chunk
+            if tokens_left > 0:
+                self._admit(tokens_left, chunks)
+        n = self._num_decode if decodes else 0
+        if not chunks and not n:
+            return None
         batch = StepBatch(
-            prefill_new_tokens=tuple(a.prefill_tokens for a in admissions),
-            prefill_context_tokens=(0,) * len(admissions),
+            prefill_new_tokens=tuple(c for _, c in chunks),
+            prefill_context_tokens=tuple(s.done_tokens for s, _ in chunks),
             num_decode_seqs=n,
-            decode_context_tokens=self._decode_kv_offset_sum + n * k,
+            decode_context_tokens=self._decode_kv_offset_sum + n * d if n else 0,
         )
-        num_steps, shape = 1, None
-        if not prefills and self.spec.fast_forward:
-            num_steps = self._finish_heap_min() - k + 1
+        advances = decodes or self._policy != "vllm"
+        if chunks:
+            return _InFlight(self.env.now, d, 1, batch, chunks, num_preempted, None, advances)
+        return self._plan_decode_run(d, batch, num_preempted)
+
+    def _plan_decode_run(self, d: int, batch: StepBatch, num_preempted: int) -> _InFlight:
+        n = batch.num_decode_seqs
+        shape = self._shapes.get(n)
+        if shape is None:
+            shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
+        num_steps = 1
+        if self.spec.fast_forward:
+            num_steps = self._finish_heap_min() - d + 1
             if self._growing:
-                num_steps = 1 + self._affordable_steps(k + 1, num_steps - 1)
-                self.pool.allocate(self._growth(k + 1, k + num_steps - 1))
-                self._grown_through = k + num_steps - 1
-            shape = self._shapes.get(n)
-            if shape is None:
-                shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
-        # static batching admits nothing mid-batch, so only continuous runs can be cut short
-        cuttable = num_steps > 1 and self._growing
-        return _InFlight(self.env.now, k, num_steps, batch, prefills, num_preempted, shape, cuttable)
+                num_steps = 1 + self._affordable_steps(d + 1, num_steps - 1)
+            deadline_s = self._slo_deadline_s()
+            if deadline_s is not None and num_steps > 1:  # stop at the first boundary past the deadline
+                elapsed_s = deadline_s - self.env.now
+                until = (
+                    steps_done_by(shape, batch.decode_context_tokens, n, num_steps, elapsed_s) + 1
+                    if elapsed_s >= 0
+                    else 1
+                )
+                num_steps = min(num_steps, until)
+            if self._growing:
+                self.pool.allocate(self._growth(d + 1, d + num_steps - 1))
+                self._grown_through = d + num_steps - 1
+        run = _InFlight(self.env.now, d, num_steps, batch, [], num_preempted, shape, True)
+        # static batching admits nothing mid-batch, so only the other policies' runs can be cut short
+        run.cuttable = num_steps > 1 and self._policy != "static"
+        return run
 
     def _finish_heap_min(self) -> int:
         heap = self._finish_heap
@@ -276,112 +442,120 @@ class Replica:
         return heap[0][0]
 
     # ------------------------------------------------------------------ KV blocks
-    def _growth(self, first_step: int, last_step: int) -> int:
-        """Blocks the decoding sequences take over steps ``first_step..last_step`` (no one finishes between)."""
-        num_steps = last_step - first_step + 1
+    def _growth(self, first_index: int, last_index: int) -> int:
+        """Blocks the decoding sequences take over decode steps ``first..last`` (no one finishes between)."""
+        num_steps = last_index - first_index + 1
         if num_steps <= 0 or not self._growing:
             return 0
         bs = self._block_size
         full_cycles, rest = divmod(num_steps, bs)
         total = full_cycles * self._num_decode
-        for s in range(first_step, first_step + rest):
+        for s in range(first_index, first_index + rest):
             total += len(self._buckets[(1 - s) % bs])
         return total
 
-    def _affordable_steps(self, first_step: int, max_steps: int) -> int:
-        """How many steps from ``first_step`` (at most ``max_steps``) fit their block growth in the free pool."""
+    def _affordable_steps(self, first_index: int, max_steps: int) -> int:
+        """How many decode steps from ``first_index`` (at most ``max_steps``) fit their growth in the free pool."""
         n = self._num_decode
         free = self.pool.num_free_blocks
         bs = self._block_size
         cycles = min(max_steps // bs, free // n) if n else max_steps // bs
         steps, free = cycles * bs, free - cycles * n
         while steps < max_steps:
-            need = len(self._buckets[(1 - (first_step + steps)) % bs])
+            need = len(self._buckets[(1 - (first_index + steps)) % bs])
             if need > free:
                 break
             free -= need
             steps += 1
         return steps
 
-    def _grow_blocks(self, k: int) -> int:
-        """Give a block to every sequence crossing a block boundary at step ``k``; preempt if none is free."""
-        if not self._growing:
-            return 0
-        self._grown_through = k
-        bucket = self._buckets[(1 - k) % self._block_size]
+    def _grow_blocks(self, d: int) -> int:
+        """Give a block to each decoding sequence crossing a block boundary at decode step ``d``; preempt if short."""
+        self._grown_through = d
+        bucket = self._buckets[(1 - d) % self._block_size]
         if len(bucket) <= self.pool.num_free_blocks:
             self.pool.allocate(len(bucket))
             return 0
         num_preempted = 0
-        for entry in list(bucket.values()):  # admission order, as the step-by-step reference
-            while entry.alive and self.pool.num_free_blocks == 0:
-                self._preempt(next(reversed(self.running.values())), k)
+        for seat in list(bucket.values()):  # admission order, as the step-by-step reference
+            while seat.alive and self.pool.num_free_blocks == 0:
+                self._preempt(next(reversed(self.seats.values())), d)
                 num_preempted += 1
-            if entry.alive:
+            if seat.alive:
                 self.pool.allocate(1)
         return num_preempted
 
-    def _blocks_held(self, entry: _Running, last_step: int) -> int:
-        if not self._growing:
-            return entry.reserved_blocks
-        return blocks_for_tokens(entry.kv_offset + last_step, self._block_size)
+    def _blocks_held(self, seat: _Seat, last_index: int) -> int:
+        if not self._growing or not seat.decoding:
+            return seat.reserved_blocks
+        return blocks_for_tokens(seat.kv_offset + last_index, self._block_size)
 
     # ------------------------------------------------------------------ lifecycle
-    def _start(self, admission: Admission, k: int) -> _Running:
-        """Move an admitted request from waiting to running; it prefills in step ``k``."""
-        request = self.waiting.popleft()
-        assert request is admission.request
-        self.pool.allocate(admission.num_blocks)
+    def _seat(self, request: Request) -> _Seat:
+        """Give an admitted request a seat and its KV blocks; its prompt is prefilled from the next step."""
+        num_blocks = blocks_to_admit(request, self._policy, self._block_size)
+        self.pool.allocate(num_blocks)
         if request.first_scheduled_at_s != request.first_scheduled_at_s:  # NaN: first time
             request.first_scheduled_at_s = self.env.now
-        emitted = request.num_emitted_tokens
-        entry = _Running(
-            request,
-            order=self._num_admitted,
-            kv_offset=admission.prefill_tokens - k,
-            emit_base=emitted + 1 - k,
-            finish_step=k + request.output_tokens - emitted - 1,
-            reserved_blocks=admission.num_blocks,
-        )
+        seat = _Seat(request, self._num_admitted, prefill_tokens_of(request), num_blocks)
         self._num_admitted += 1
-        self.running[request.request_id] = entry
-        heapq.heappush(self._finish_heap, (entry.finish_step, entry.order, entry))
-        return entry
+        self.seats[request.request_id] = seat
+        self._prefilling[request.request_id] = seat
+        return seat
 
-    def _join_decode(self, entry: _Running) -> None:
+    def _start_decoding(self, seat: _Seat, d: int) -> None:
+        """A seat whose prefill completed at decode index ``d`` (its first token) decodes from ``d + 1``."""
+        request = seat.request
+        emitted = request.num_emitted_tokens
+        del self._prefilling[request.request_id]
+        seat.decoding = True
+        seat.kv_offset = seat.prefill_tokens - d
+        seat.emit_base = emitted + 1 - d
+        seat.finish_index = d + request.output_tokens - emitted - 1
+        heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
         self._num_decode += 1
-        self._decode_kv_offset_sum += entry.kv_offset
+        self._decode_kv_offset_sum += seat.kv_offset
         if self._growing:
-            self._buckets[entry.kv_offset % self._block_size][entry.request.request_id] = entry
+            self._buckets[seat.kv_offset % self._block_size][request.request_id] = seat
 
-    def _remove(self, entry: _Running, last_step: int) -> Request:
-        """Take a decoding sequence out of the batch and free the blocks it held at ``last_step``."""
-        entry.alive = False
-        request_id = entry.request.request_id
-        del self.running[request_id]
-        self.pool.free(self._blocks_held(entry, last_step))
-        self._num_decode -= 1
-        self._decode_kv_offset_sum -= entry.kv_offset
-        if self._growing:
-            del self._buckets[entry.kv_offset % self._block_size][request_id]
-        return entry.request
+    def _vacate(self, seat: _Seat, last_index: int) -> Request:
+        """Free a seat and the blocks it held at decode index ``last_index``."""
+        seat.alive = False
+        request_id = seat.request.request_id
+        del self.seats[request_id]
+        self.pool.free(self._blocks_held(seat, last_index))
+        if seat.decoding:
+            self._num_decode -= 1
+            self._decode_kv_offset_sum -= seat.kv_offset
+            if self._growing:
+                del self._buckets[seat.kv_offset % self._block_size][request_id]
+        else:
+            del self._prefilling[request_id]
+        return seat.request
 
-    def _preempt(self, entry: _Running, k: int) -> None:
-        """Recompute preemption at step ``k``: free the sequence's blocks and requeue it at the head."""
-        request = self._remove(entry, k - 1)
-        request.num_emitted_tokens = entry.emit_base + k - 1
+    def _preempt(self, seat: _Seat, d: int) -> None:
+        """Recompute preemption before decode step ``d``: free the seat and requeue the request at the head."""
+        request = self._vacate(seat, d - 1)
+        if seat.decoding:
+            request.num_emitted_tokens = seat.emit_base + d - 1
         request.num_preemptions += 1
         self.num_preemptions += 1
-        self.waiting.appendleft(request)
+        self.waiting.push_front(request)
 
     def _end(self, run: _InFlight, num_steps: int, now: float) -> None:
         """Account for ``num_steps`` steps of ``run`` completed at ``now``: emit tokens, log, retire the finished."""
         duration_s = now - run.started_at_s
         self.busy_s += duration_s
-        for entry in run.prefills:  # they decode from the next step on
-            self._join_decode(entry)
-            if entry.request.num_emitted_tokens == 0:
-                entry.request.first_token_at_s = now
+        # the decode index of the last step; a vllm prefill-only step sits just before the next decode step
+        last_index = run.first_index + num_steps - 1 if run.advances else run.first_index - 1
+        num_first_tokens = 0
+        for seat, chunk in run.chunks:
+            seat.done_tokens += chunk
+            if seat.done_tokens == seat.prefill_tokens:
+                num_first_tokens += 1
+                if seat.request.num_emitted_tokens == 0:
+                    seat.request.first_token_at_s = now
+                self._start_decoding(seat, last_index)
         batch = run.batch
         self.log.steps.append(
             self.spec.index,
@@ -389,24 +563,25 @@ class Replica:
             duration_s,
             num_steps,
             batch.num_seqs,
-            len(run.prefills),
+            len(run.chunks),
             batch.num_prefill_tokens,
             batch.num_decode_seqs,
+            batch.num_decode_seqs + num_first_tokens,
             self.pool.num_used_blocks,
             self.pool.num_total_blocks,
             run.num_preempted,
-            len(self.waiting),
+            len(self.waiting) + len(self.deferred),
         )
-        last_step = run.first_step + num_steps - 1
-        self.step_index = last_step + 1
+        if run.advances:
+            self._decode_index = run.first_index + num_steps
         heap = self._finish_heap
-        while heap and heap[0][0] <= last_step:
-            _, _, entry = heapq.heappop(heap)
-            if entry.alive:
-                self._finish(entry, last_step, now)
+        while heap and heap[0][0] <= last_index:
+            _, _, seat = heapq.heappop(heap)
+            if seat.alive:
+                self._finish(seat, last_index, now)
 
-    def _finish(self, entry: _Running, last_step: int, now: float) -> None:
-        request = self._remove(entry, last_step)
+    def _finish(self, seat: _Seat, last_index: int, now: float) -> None:
+        request = self._vacate(seat, last_index)
         request.num_emitted_tokens = request.output_tokens
         request.finished_at_s = now
         request.status = "completed"
@@ -428,17 +603,18 @@ class Replica:
                 done = steps_done_by(run.shape, run.first_context, run.batch.num_decode_seqs, run.num_steps, elapsed_s)
                 if done and run.duration_s(done, self.cost_model) >= elapsed_s:
                     done -= 1
-            last_grown = run.first_step + max(done, 1) - 1  # growth for the run's first step came before it
-            if self._growing:
-                self.pool.free(self._growth(last_grown + 1, run.first_step + run.num_steps - 1))
+            if self._growing and run.shape is not None:  # growth for the run's first step came before it
+                last_grown = run.first_index + max(done, 1) - 1
+                self.pool.free(self._growth(last_grown + 1, run.first_index + run.num_steps - 1))
                 self._grown_through = last_grown
             if done:
                 self._end(run, done, run.started_at_s + run.duration_s(done, self.cost_model))
-        done_steps = self.step_index - 1
-        for entry in self.running.values():
-            entry.request.num_emitted_tokens = entry.emit_base + done_steps
-        return [*(e.request for e in self.running.values()), *self.waiting]
+        done_index = self._decode_index - 1
+        for seat in self.seats.values():
+            if seat.decoding:
+                seat.request.num_emitted_tokens = seat.emit_base + done_index
+        return [*(s.request for s in self.seats.values()), *self.waiting, *self.deferred]  # type: ignore[misc]
 
     def kv_blocks_of_running(self) -> int:
-        """Blocks the running sequences hold now (for the end-of-run conservation check)."""
-        return sum(self._blocks_held(entry, self._grown_through) for entry in self.running.values())
+        """Blocks the seated sequences hold now (for the end-of-run conservation check)."""
+        return sum(self._blocks_held(seat, self._grown_through) for seat in self.seats.values())

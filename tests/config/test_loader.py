@@ -89,7 +89,7 @@ def test_valid_scenario_is_frozen():
         ),
         (
             lambda r: r.update(scheduler={"policy": "fifo"}),
-            "bad.yaml: scheduler.policy: input should be 'static' or 'continuous' (got 'fifo')",
+            "bad.yaml: scheduler.policy: input should be 'static', 'continuous', 'vllm' or 'chunked_prefill' (got 'fifo')",
         ),
         (
             lambda r: r.update(cost={"kind": "unit", "step_time_s": "abc"}),

@@ -1,0 +1,139 @@
+"""Scheduling policies and orderings: exact event traces of tiny unit-cost scenarios (1 s per step)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import explicit_scenario, read_requests, read_steps
+
+
+def times(result) -> list[tuple[float, float, float]]:
+    return [(r["first_scheduled_at_s"], r["first_token_at_s"], r["finished_at_s"]) for r in read_requests(result)]
+
+
+def admission_order(result) -> list[int]:
+    rows = [r for r in read_requests(result) if r["first_scheduled_at_s"] is not None]
+    return [r["request_id"] for r in sorted(rows, key=lambda r: (r["first_scheduled_at_s"], r["request_id"]))]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_vllm_pauses_decodes_for_a_prefill_step(run_mapping, fast_forward):
+    # B arrives at 2.5; at t=3 a prefill-only step runs B while A waits one step
+    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm", simulation={"fast_forward": fast_forward})
+    result = run_mapping(raw)
+    assert times(result) == [(0.0, 1.0, 6.0), (3.0, 4.0, 6.0)]
+    steps = [(s["started_at_s"], s["num_decode_tokens"], s["num_prefill_tokens"]) for s in read_steps(result)]
+    assert (3.0, 0, 8) in steps  # the prefill-only step
+
+
+def test_continuous_mixes_the_same_prefill_into_a_decode_step(run_mapping):
+    result = run_mapping(explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)]))
+    assert times(result) == [(0.0, 1.0, 5.0), (3.0, 4.0, 6.0)]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_chunked_prefill_splits_a_long_prompt_and_keeps_decoding(run_mapping, fast_forward):
+    raw = explicit_scenario(
+        [(0.0, 8, 4), (0.0, 25, 2)],
+        policy="chunked_prefill",
+        scheduler={"max_num_batched_tokens": 10},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    assert times(result) == [(0.0, 1.0, 4.0), (0.0, 4.0, 5.0)]
+    steps = [(s["started_at_s"], s["num_seqs"], s["num_prefill_tokens"], s["num_decode_tokens"], s["num_emitted_tokens"])
+             for s in read_steps(result)]
+    # budget 10: decodes first, then B's prompt in chunks of 2, 9, 9, 5
+    assert steps == [(0.0, 2, 10, 0, 1), (1.0, 2, 9, 1, 1), (2.0, 2, 9, 1, 1), (3.0, 2, 5, 1, 2), (4.0, 1, 0, 1, 1)]
+
+
+def test_chunked_prefill_serves_prompts_longer_than_the_budget(run_mapping):
+    raw = explicit_scenario([(0.0, 35, 2)], policy="chunked_prefill", scheduler={"max_num_batched_tokens": 10})
+    result = run_mapping(raw)
+    assert times(result) == [(0.0, 4.0, 5.0)]  # 10 + 10 + 10 + 5 prompt tokens, then one decode
+    assert read_requests(result)[0]["status"] == "completed"
+
+
+def test_static_waits_for_a_fuller_batch(run_mapping):
+    raw = explicit_scenario(
+        [(0.0, 8, 3), (1.0, 8, 3), (5.0, 8, 3)], policy="static", scheduler={"batch_wait_s": 2.0}
+    )
+    assert times(run_mapping(raw)) == [(2.0, 3.0, 5.0), (2.0, 3.0, 5.0), (7.0, 8.0, 10.0)]
+
+
+def test_batch_wait_is_for_static_only(run_mapping):
+    with pytest.raises(Exception, match="batch_wait_s applies to policy static only, not continuous"):
+        run_mapping(explicit_scenario([(0.0, 8, 3)], scheduler={"batch_wait_s": 1.0}))
+
+
+ONE_SEAT_QUEUE = [(0.0, 8, 5), (1.0, 500, 2), (2.0, 10, 2)]
+
+
+@pytest.mark.parametrize(
+    ("ordering", "expected"),
+    [
+        ({"kind": "fcfs"}, [0, 1, 2]),
+        ({"kind": "shortest_prompt_first", "aging_tokens_per_s": 0}, [0, 2, 1]),
+        # 500 + 1000 x 1 s < 10 + 1000 x 2 s: aging lets the long prompt go first
+        ({"kind": "shortest_prompt_first", "aging_tokens_per_s": 1000}, [0, 1, 2]),
+    ],
+)
+def test_orderings(run_mapping, ordering, expected):
+    raw = explicit_scenario(ONE_SEAT_QUEUE, scheduler={"max_num_seqs": 1, "ordering": ordering})
+    assert admission_order(run_mapping(raw)) == expected
+
+
+def two_tenants(a_requests, b_requests, **overrides):
+    raw = explicit_scenario(a_requests, **overrides)
+    tenant_b = {
+        "name": "b",
+        "arrival": {
+            "kind": "explicit",
+            "requests": [{"arrival_at_s": t, "prompt_tokens": p, "output_tokens": o} for t, p, o in b_requests],
+        },
+    }
+    raw["workload"] = {"tenants": [{**raw["workload"]["tenants"][0], "name": "a"}, tenant_b]}
+    return raw
+
+
+def test_fair_share_follows_the_weights(run_mapping):
+    raw = two_tenants(
+        [(0.0, 8, 2)] * 6,
+        [(0.0, 8, 2)] * 6,
+        scheduler={"max_num_seqs": 1, "ordering": {"kind": "fair_share", "weights": {"a": 2.0}}},
+    )
+    result = run_mapping(raw)
+    rows = {r["request_id"]: r["tenant"] for r in read_requests(result)}
+    assert [rows[i] for i in admission_order(result)][:9] == ["a", "b", "a", "a", "b", "a", "a", "b", "a"]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_slo_admission_sheds_a_request_that_can_no_longer_make_its_ttft(run_mapping, fast_forward):
+    # one seat; B waits from 0.5 and would miss 3.5 s TTFT if admitted after t = 3: shed at t = 4
+    raw = explicit_scenario(
+        [(0.0, 8, 6), (0.5, 8, 2), (5.0, 8, 2)],
+        scheduler={"max_num_seqs": 1, "slo_admission": "shed"},
+        slo={"ttft_s": 3.5},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    rows = read_requests(result)
+    assert [r["status"] for r in rows] == ["completed", "rejected", "completed"]
+    assert rows[1]["reject_reason"] == "shed: predicted TTFT above the 3.5 s target"
+    assert (rows[2]["first_scheduled_at_s"], rows[2]["first_token_at_s"]) == (6.0, 7.0)
+    assert result.summary["num_requests"]["rejected"] == 1
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_slo_admission_defers_behind_requests_that_can_still_make_it(run_mapping, fast_forward):
+    raw = explicit_scenario(
+        [(0.0, 8, 6), (0.5, 8, 2), (5.0, 8, 2)],
+        scheduler={"max_num_seqs": 1, "slo_admission": "defer"},
+        slo={"ttft_s": 3.5},
+        simulation={"fast_forward": fast_forward},
+    )
+    assert times(run_mapping(raw)) == [(0.0, 1.0, 6.0), (8.0, 9.0, 10.0), (6.0, 7.0, 8.0)]
+
+
+def test_slo_admission_needs_a_target(run_mapping):
+    with pytest.raises(Exception, match=r"scheduler\.slo_admission: 'shed' needs a TTFT target"):
+        run_mapping(explicit_scenario([(0.0, 8, 2)], scheduler={"slo_admission": "shed"}))
