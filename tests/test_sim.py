@@ -12,6 +12,7 @@ from conftest import SCENARIOS, explicit_scenario, read_requests, read_steps
 
 from clustersim import __version__
 from clustersim.config.loader import load_scenario
+from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
 from clustersim.sim import run_scenario
 
@@ -148,3 +149,22 @@ def test_makespan_ends_with_last_request_when_nothing_is_in_flight_at_the_horizo
     result = run_mapping({**raw, "stop": {"horizon_s": 30.0}})
     assert result.summary["makespan_s"] == 4.0
     assert result.summary["num_requests"]["completed"] == 2
+
+
+def test_a_run_that_fails_midway_leaves_a_marked_incomplete_folder(run_mapping, monkeypatch, tmp_path):
+    calls = {"n": 0}
+    original = RooflineCostModel.step_duration_s
+
+    def failing(self, batch):
+        calls["n"] += 1
+        if calls["n"] > 50:
+            raise RuntimeError("simulated crash")
+        return original(self, batch)
+
+    monkeypatch.setattr(RooflineCostModel, "step_duration_s", failing)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_mapping(CHAT)
+    out_dir = next(tmp_path.glob("run*"))
+    assert (out_dir / "INCOMPLETE").read_text() == "this run did not finish: RuntimeError: simulated crash\n"
+    assert not (out_dir / "requests.parquet").exists() and not (out_dir / "summary.json").exists()
+    assert (out_dir / "requests.parquet.partial").exists()

@@ -40,12 +40,16 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(str(path), where, f"invalid YAML: {exc.problem}") from None
+        raise ConfigError(str(path), where, f"invalid YAML: {_one_line(exc.problem or str(exc))}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"invalid YAML: {exc}") from None
+        raise ConfigError(str(path), "", f"invalid YAML: {_one_line(str(exc))}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", f"must be a YAML mapping of keys to values, not {type(data).__name__}")
     return data
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], source: str) -> dict[str, Any]:

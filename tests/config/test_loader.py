@@ -166,3 +166,12 @@ def test_yaml_is_loaded_safely(tmp_path: Path):
 @pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
 def test_shipped_scenarios_load(path: Path):
     assert load_scenario(path).scenario.name
+
+
+def test_yaml_reader_errors_are_one_line(tmp_path: Path):
+    bad = tmp_path / "ctrl.yaml"
+    bad.write_text("seed: \x01\n")
+    with pytest.raises(ConfigError) as info:
+        load_scenario(bad)
+    assert "invalid YAML: unacceptable character #x0001" in str(info.value)
+    assert "\n" not in str(info.value)
