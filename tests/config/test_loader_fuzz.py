@@ -53,7 +53,7 @@ def test_random_documents(document: Any) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(path=st.lists(st.sampled_from(KEYS + ["0"]), min_size=1, max_size=4), value=values)
+@given(path=st.lists(st.sampled_from([*KEYS, "0"]), min_size=1, max_size=4), value=values)
 def test_random_mutations_of_a_valid_scenario(path: list[str], value: Any) -> None:
     raw = copy.deepcopy(BASE)
     node: Any = raw
