@@ -1,7 +1,15 @@
-"""The run summary, computed from the Parquet event logs alone (so analysis can recompute it)."""
+"""The run summary, computed from the Parquet event logs alone (so analysis can recompute it).
+
+Several tenants add ``tenants`` (the request summary of each, held to the tenant's own SLO) and
+``fairness``: Jain's index ``(sum x)^2 / (n sum x^2)`` (1 when all equal, 1/n when one tenant
+gets everything) over the tenants' mean normalised latency (E2E seconds per output token of
+completed requests; tenants without a completed request are left out) and, with SLOs, over their
+SLO attainment. ``replicas.per_replica`` breaks the utilisation down by replica.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -57,6 +65,48 @@ def _slo_met(latencies: dict[str, NDArray[np.float64]], slo: SLO) -> NDArray[np.
     return met
 
 
+def jain_index(values: list[float]) -> float | None:
+    """Jain's fairness index of non-negative ``values``; None if there are none or all are 0."""
+    x = np.asarray(values, dtype=np.float64)
+    square_sum = float((x * x).sum())
+    return float(x.sum() ** 2 / (x.size * square_sum)) if x.size and square_sum > 0 else None
+
+
+def _slo_block(targets: dict[str, float], num_met: int, num_arrived: int, makespan_s: float) -> dict[str, Any]:
+    return {
+        "targets": targets,
+        "num_met": num_met,
+        "attainment_frac": num_met / num_arrived if num_arrived else None,
+        "goodput_requests_per_s": num_met / makespan_s if makespan_s > 0 else None,
+    }
+
+
+def _mixed_slo(
+    requests: pa.Table, makespan_s: float, slo: SLO | None, tenant_slos: Mapping[str, SLO | None]
+) -> dict[str, Any]:
+    """The run's SLO block when tenants have their own targets: each request is held to its tenant's.
+
+    A completed request of a tenant without any target counts as met; rejected and unfinished
+    requests always miss.
+    """
+    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    latencies = request_latencies(requests)
+    tenants = _col(done, "tenant")
+    met = np.ones(tenants.size, dtype=bool)
+    for tenant, tenant_target in tenant_slos.items():
+        if tenant_target is not None:
+            mask = tenants == tenant
+            met[mask] = _slo_met({k: v[mask] for k, v in latencies.items()}, tenant_target)
+    block = _slo_block(
+        slo.model_dump(exclude_none=True) if slo is not None else {},
+        int(np.count_nonzero(met)),
+        requests.num_rows,
+        makespan_s,
+    )
+    block["tenant_targets"] = {t: s.model_dump(exclude_none=True) for t, s in tenant_slos.items() if s is not None}
+    return block
+
+
 def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
     status = _col(requests, "status")
     counts = {s: int(np.count_nonzero(status == s)) for s in ("completed", "rejected", "unfinished")}
@@ -71,26 +121,83 @@ def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> 
     }
     if slo is not None:
         num_met = int(np.count_nonzero(_slo_met(latencies, slo)))
-        summary["slo"] = {
-            "targets": slo.model_dump(exclude_none=True),
-            "num_met": num_met,
-            "attainment_frac": num_met / requests.num_rows if requests.num_rows else None,
-            "goodput_requests_per_s": num_met / makespan_s if makespan_s > 0 else None,
-        }
+        summary["slo"] = _slo_block(slo.model_dump(exclude_none=True), num_met, requests.num_rows, makespan_s)
     return summary
 
 
+def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    names = _col(done, "tenant")
+    e2e = _col(done, "finished_at_s").astype(np.float64) - _col(done, "arrival_at_s").astype(np.float64)
+    normalised = e2e / _col(done, "output_tokens").astype(np.float64)
+    latencies = [float(normalised[names == t].mean()) for t in tenants if np.any(names == t)]
+    attainment = [per_tenant[t]["slo"]["attainment_frac"] for t in tenants if "slo" in per_tenant[t]]
+    return {
+        "jain_normalized_latency": jain_index(latencies),
+        "jain_slo_attainment": jain_index([a for a in attainment if a is not None]) if attainment else None,
+        "normalized_latency_s_per_token": dict(zip([t for t in tenants if np.any(names == t)], latencies, strict=True)),
+    }
+
+
+def _per_replica(
+    requests: pa.Table, steps: pa.Table, num_replicas: int, busy: list[float], makespan_s: float
+) -> list[dict[str, Any]]:
+    """Per replica: requests routed and completed there, iterations, busy fraction, mean batch, preemptions, KV peak."""
+    routed_to = _col(requests, "replica").astype(np.int64)
+    completed = _col(requests, "status") == "completed"
+    num_routed = np.bincount(routed_to[routed_to >= 0], minlength=num_replicas)
+    num_completed = np.bincount(routed_to[completed & (routed_to >= 0)], minlength=num_replicas)
+    replica = _col(steps, "replica").astype(np.int64)
+    num_steps = _col(steps, "num_steps").astype(np.float64)
+    steps_per = np.bincount(replica, weights=num_steps, minlength=num_replicas)
+    seqs_per = np.bincount(replica, weights=_col(steps, "num_seqs") * num_steps, minlength=num_replicas)
+    preempted = np.bincount(replica, weights=_col(steps, "num_preemptions"), minlength=num_replicas)
+    kv_peak = np.zeros(num_replicas)
+    if replica.size:
+        used = _col(steps, "kv_used_blocks").astype(np.float64) / _col(steps, "kv_total_blocks").astype(np.float64)
+        np.maximum.at(kv_peak, replica, used)
+    return [
+        {
+            "replica": r,
+            "num_routed": int(num_routed[r]),
+            "num_completed": int(num_completed[r]),
+            "num_steps": int(steps_per[r]),
+            "busy_frac": busy[r] / makespan_s if makespan_s > 0 else None,
+            "mean_batch_seqs": float(seqs_per[r] / steps_per[r]) if steps_per[r] else None,
+            "num_preemptions": int(preempted[r]),
+            "kv_peak_used_frac": float(kv_peak[r]),
+        }
+        for r in range(num_replicas)
+    ]
+
+
 def summarize(
-    requests: pa.Table, steps: pa.Table, makespan_s: float, num_replicas: int, slo: SLO | None
+    requests: pa.Table,
+    steps: pa.Table,
+    makespan_s: float,
+    num_replicas: int,
+    slo: SLO | None,
+    tenant_slos: Mapping[str, SLO | None] | None = None,
 ) -> dict[str, Any]:
-    """The run's ``summary.json``: request counts, latency percentiles, throughput, utilisation."""
+    """The run's ``summary.json``: request counts, latency percentiles, throughput, utilisation.
+
+    ``tenant_slos``: each tenant's targets (its own, else ``slo``); when some differ from ``slo``,
+    the run's ``slo`` block holds each request to its tenant's targets.
+    """
+    tenant_slos = dict(tenant_slos) if tenant_slos is not None else {}
     summary: dict[str, Any] = {"makespan_s": makespan_s, **_request_summary(requests, makespan_s, slo)}
+    if any(s != slo for s in tenant_slos.values()):
+        summary["slo"] = _mixed_slo(requests, makespan_s, slo, tenant_slos)
     tenants = sorted(set(_col(requests, "tenant").tolist()))
     if len(tenants) > 1:
-        summary["tenants"] = {
-            t: _request_summary(requests.filter(pc.equal(requests.column("tenant"), t)), makespan_s, slo)
+        per_tenant = {
+            t: _request_summary(
+                requests.filter(pc.equal(requests.column("tenant"), t)), makespan_s, tenant_slos.get(t, slo)
+            )
             for t in tenants
         }
+        summary["tenants"] = per_tenant
+        summary["fairness"] = _fairness(requests, tenants, per_tenant)
     replica = _col(steps, "replica")
     duration = _col(steps, "duration_s")
     num_steps = _col(steps, "num_steps")
@@ -105,5 +212,6 @@ def summarize(
         "mean_batch_seqs": float((num_seqs * num_steps).sum() / num_steps.sum()) if num_steps.size else None,
         "num_preemptions": int(_col(steps, "num_preemptions").sum()),
         "kv_peak_used_frac": float((used / total).max()) if used.size else 0.0,
+        "per_replica": _per_replica(requests, steps, num_replicas, busy, makespan_s),
     }
     return summary

@@ -10,7 +10,15 @@ from clustersim.config.scenario import RooflineCost, UnitCost
 from clustersim.cost.base import CostModel
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.cost.unit import UnitCostModel
-from clustersim.router import RoundRobin
+from clustersim.router import (
+    RouterFactory,
+    make_affinity,
+    make_least_kv,
+    make_least_outstanding,
+    make_power_of_two,
+    make_random,
+    make_round_robin,
+)
 
 T = TypeVar("T")
 
@@ -38,7 +46,6 @@ class Registry(Generic[T]):
 
 
 CostFactory = Callable[[RooflineCost | UnitCost, ModelShape, GpuSpec, int], CostModel]
-RouterFactory = Callable[[], RoundRobin]
 
 
 def _roofline(config: RooflineCost | UnitCost, model: ModelShape, gpu: GpuSpec, tp: int) -> CostModel:
@@ -56,5 +63,10 @@ def default_registries() -> tuple[Registry[CostFactory], Registry[RouterFactory]
     costs.register("roofline", _roofline)
     costs.register("unit", _unit)
     routers: Registry[RouterFactory] = Registry("router")
-    routers.register("round_robin", RoundRobin)
+    routers.register("round_robin", make_round_robin)
+    routers.register("random", make_random)
+    routers.register("least_outstanding", make_least_outstanding)
+    routers.register("least_kv", make_least_kv)
+    routers.register("power_of_two", make_power_of_two)
+    routers.register("affinity", make_affinity)
     return costs, routers

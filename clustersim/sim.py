@@ -23,7 +23,7 @@ from clustersim.architecture import (
 )
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
-from clustersim.config.scenario import Scenario
+from clustersim.config.scenario import Scenario, tenant_slo
 from clustersim.cost.base import CostModel
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
@@ -34,9 +34,9 @@ from clustersim.registry import default_registries
 from clustersim.replica.policies import BatchLimits
 from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica, ReplicaSpec
-from clustersim.workload.arrivals import tenant_arrivals
 from clustersim.workload.request import Request
-from clustersim.workload.source import RequestBudget, arrival_process
+from clustersim.workload.source import Completions, RequestBudget, start_workload
+from clustersim.workload.traces import TenantData, load_workload_data
 
 GIB = 2.0**30
 
@@ -166,14 +166,22 @@ class CountingEnvironment(simpy.Environment):
 
 
 def simulate(
-    scenario: Scenario, resources: ReplicaResources, log: RunLog, env: CountingEnvironment | None = None
+    scenario: Scenario,
+    resources: ReplicaResources,
+    log: RunLog,
+    env: CountingEnvironment | None = None,
+    workload_data: dict[str, TenantData] | None = None,
 ) -> tuple[float, list[Replica]]:
     """Run the SimPy model to its stop condition; every request ends up in ``log``.
 
-    Returns the makespan (from time 0 to the last request's end, or to the horizon if requests were
-    still in flight there) and the replicas.
+    ``workload_data``: the traces the tenants read (:func:`load_workload_data`); read here, relative
+    to the working directory, when not given. Returns the makespan (from time 0 to the last
+    request's end, or to the horizon if requests were still in flight there) and the replicas.
     """
     env = env if env is not None else CountingEnvironment()
+    if workload_data is None:
+        workload_data = load_workload_data(scenario.workload, Path.cwd(), "scenario")
+    completions = Completions(env)
     limits = BatchLimits(
         scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens, scenario.kv.block_size_tokens
     )
@@ -184,6 +192,7 @@ def simulate(
         end_s = request.finished_at_s if request.status == "completed" else request.arrival_at_s
         last_end_s = max(last_end_s, end_s)
         log.record_request(request)
+        completions.notify(request)  # closed-loop users wait for their request to end
 
     ttft_targets = ttft_targets_s(scenario)
     priorities = {t.name: getattr(t, "priority", 0) for t in scenario.workload.tenants}
@@ -209,14 +218,13 @@ def simulate(
         for i in range(scenario.cluster.num_replicas)
     ]
     _, routers = default_registries()
-    router = routers.get(scenario.router.kind)()
+    router = routers.get(scenario.router.kind)(scenario.router, scenario.seed)
 
     def dispatch(request: Request) -> None:
         replicas[router.choose(request, replicas)].enqueue(request)
 
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
-    for tenant in scenario.workload.tenants:
-        env.process(arrival_process(env, tenant.name, tenant_arrivals(tenant, scenario.seed), budget, dispatch))
+    start_workload(env, scenario, workload_data, budget, dispatch, completions)
     if scenario.stop.horizon_s is not None:
         env.run(until=scenario.stop.horizon_s)
     else:
@@ -232,13 +240,14 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
     """Run one scenario and write ``requests.parquet``, ``steps.parquet`` and ``summary.json`` to ``out_dir``."""
     scenario = loaded.scenario
     resources = resolve_resources(scenario, loaded.source, catalogue or Catalogue.builtin())
+    workload_data = load_workload_data(scenario.workload, loaded.base_dir, loaded.source)  # before any output
     out_dir.mkdir(parents=True, exist_ok=True)
     incomplete = out_dir / "INCOMPLETE"
     incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
     log = RunLog(out_dir, scenario_metadata(scenario))
     env = CountingEnvironment()
     try:
-        makespan_s, replicas = simulate(scenario, resources, log, env)
+        makespan_s, replicas = simulate(scenario, resources, log, env, workload_data)
     except BaseException as exc:
         log.abort()
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
@@ -267,6 +276,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             makespan_s,
             scenario.cluster.num_replicas,
             scenario.slo,
+            {tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         ),
         "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }

@@ -5,17 +5,42 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.config.scenario import FixedLengths, LengthDistribution, LognormalLengths, UniformLengths
+from clustersim.config.scenario import (
+    EmpiricalLengths,
+    ExponentialLengths,
+    FixedLengths,
+    LengthDistribution,
+    LognormalLengths,
+    UniformLengths,
+)
+
+_NO_CAP = int(np.iinfo(np.int32).max)
 
 
-def sample_lengths(dist: LengthDistribution, rng: np.random.Generator, num: int) -> NDArray[np.int64]:
-    """Draw ``num`` token lengths (each >= 1) from ``dist``."""
+def sample_lengths(
+    dist: LengthDistribution, rng: np.random.Generator, num: int, observed: NDArray[np.int64] | None = None
+) -> NDArray[np.int64]:
+    """Draw ``num`` token lengths (each >= 1) from ``dist``.
+
+    ``observed``: the lengths an ``empirical`` distribution resamples when they come from a trace
+    (read beforehand by :mod:`clustersim.workload.traces`); inline ``values`` are used otherwise.
+    """
     if isinstance(dist, FixedLengths):
         return np.full(num, dist.tokens, dtype=np.int64)
     if isinstance(dist, UniformLengths):
         return rng.integers(dist.min_tokens, dist.max_tokens + 1, size=num, dtype=np.int64)
     if isinstance(dist, LognormalLengths):
         raw = rng.lognormal(mean=np.log(dist.median_tokens), sigma=dist.sigma, size=num)
-        upper = dist.max_tokens if dist.max_tokens is not None else np.iinfo(np.int32).max
+        upper = dist.max_tokens if dist.max_tokens is not None else _NO_CAP
         return np.clip(np.rint(raw), dist.min_tokens, upper).astype(np.int64)
+    if isinstance(dist, ExponentialLengths):
+        raw = np.ceil(rng.exponential(dist.mean_tokens, size=num))
+        upper = dist.max_tokens if dist.max_tokens is not None else _NO_CAP
+        return np.clip(raw, 1, upper).astype(np.int64)
+    if isinstance(dist, EmpiricalLengths):
+        pool = observed if observed is not None else np.asarray(dist.values, dtype=np.int64)
+        if pool.size == 0:
+            raise ValueError("an empirical length distribution needs at least one observed length")
+        values = pool[rng.integers(0, pool.size, size=num)]
+        return np.minimum(values, dist.max_tokens) if dist.max_tokens is not None else values
     raise TypeError(f"unknown length distribution {dist!r}")

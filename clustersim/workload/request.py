@@ -13,6 +13,10 @@ class Request:
 
     Times are absolute simulation times in seconds (``*_at_s``); NaN until they happen.
     ``num_emitted_tokens`` counts output tokens produced so far (kept across preemptions).
+
+    From the arrival process: ``session_id`` (a session within the tenant: a closed-loop user, or a
+    trace's session column; -1 if none) and ``prefix_hash_ids`` (ids of the prompt's leading blocks
+    from a Mooncake trace: equal ids mean a shared prefix; empty if unknown).
     """
 
     __slots__ = (
@@ -23,22 +27,34 @@ class Request:
         "num_emitted_tokens",
         "num_preemptions",
         "output_tokens",
+        "prefix_hash_ids",
         "prompt_tokens",
         "reject_reason",
         "replica",
         "request_id",
+        "session_id",
         "status",
         "tenant",
     )
 
     def __init__(
-        self, request_id: int, tenant: str, arrival_at_s: float, prompt_tokens: int, output_tokens: int
+        self,
+        request_id: int,
+        tenant: str,
+        arrival_at_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        *,
+        session_id: int = -1,
+        prefix_hash_ids: tuple[int, ...] = (),
     ) -> None:
         self.request_id = request_id
         self.tenant = tenant
         self.arrival_at_s = arrival_at_s
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
+        self.session_id = session_id
+        self.prefix_hash_ids = prefix_hash_ids
         self.replica = -1
         self.first_scheduled_at_s = math.nan
         self.first_token_at_s = math.nan

@@ -1,4 +1,10 @@
-"""The SimPy process that turns a tenant's arrival stream into requests handed to the router."""
+"""The SimPy processes that turn tenants' traffic into requests handed to the router.
+
+Open-loop tenants (every arrival kind but ``closed_loop``) are one process each, walking the
+tenant's pure arrival stream (:mod:`clustersim.workload.arrivals`). A closed-loop tenant is one
+process per user: send a request, wait until it ends, think, send the next. The simulator tells
+the users that a request ended through :class:`Completions` (``notify`` from its ``on_final``).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,15 @@ from typing import Any
 
 import simpy
 
-from clustersim.workload.arrivals import ArrivalTuple
+from clustersim.config.scenario import ClosedLoopArrivals, Scenario
+from clustersim.errors import ClusterSimError
+from clustersim.workload.arrivals import ArrivalTuple, ThinkDraw, TracedArrival, closed_loop_draws, tenant_arrivals
 from clustersim.workload.request import Request
+from clustersim.workload.traces import TenantData
+
+Dispatch = Callable[[Request], None]
+
+MAX_INSTANT_REJECTIONS = 1000  # a closed-loop user whose requests are all rejected with no think time
 
 
 @dataclass
@@ -35,22 +48,110 @@ class RequestBudget:
         return request_id
 
 
+class Completions:
+    """Events that closed-loop users wait on, triggered when their request ends (completed or rejected).
+
+    ``expect`` before dispatching (a request can be rejected during dispatch); the simulator calls
+    ``notify`` for every request that ends; requests nobody waits for cost one dict lookup.
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._waiting: dict[int, simpy.Event] = {}
+
+    def expect(self, request: Request) -> simpy.Event:
+        event = self.env.event()
+        self._waiting[request.request_id] = event
+        return event
+
+    def notify(self, request: Request) -> None:
+        event = self._waiting.pop(request.request_id, None)
+        if event is not None:
+            event.succeed(request)
+
+
 def arrival_process(
     env: simpy.Environment,
     tenant: str,
-    arrivals: Iterator[ArrivalTuple],
+    arrivals: Iterator[ArrivalTuple] | Iterator[TracedArrival],
     budget: RequestBudget,
-    dispatch: Callable[[Request], None],
+    dispatch: Dispatch,
 ) -> Generator[simpy.Event, Any, None]:
     """Create each request at its arrival time and dispatch it.
 
     Requests that arrive at the same instant are dispatched together without yielding, so a
     replica starting an iteration at that instant sees all of them.
     """
-    for arrival_at_s, prompt_tokens, output_tokens in arrivals:
+    for item in arrivals:
+        arrival_at_s = item[0]
         if arrival_at_s > env.now:
             yield env.timeout(arrival_at_s - env.now)
         request_id = budget.take(arrival_at_s)
         if request_id is None:
             return
-        dispatch(Request(request_id, tenant, arrival_at_s, prompt_tokens, output_tokens))
+        request = Request(request_id, tenant, arrival_at_s, item[1], item[2])
+        if len(item) == 5:
+            request.session_id = item[3]
+            request.prefix_hash_ids = item[4]
+        dispatch(request)
+
+
+def closed_loop_user(
+    env: simpy.Environment,
+    tenant: str,
+    user: int,
+    start_s: float,
+    draws: Iterator[ThinkDraw],
+    budget: RequestBudget,
+    dispatch: Dispatch,
+    completions: Completions,
+) -> Generator[simpy.Event, Any, None]:
+    """One user: its first request at ``start_s``, then each a think time after the previous one ended.
+
+    Raises :class:`ClusterSimError` if the user's requests are rejected :data:`MAX_INSTANT_REJECTIONS`
+    times in a row at one instant (zero think time and lengths no replica can serve): time would
+    never advance.
+    """
+    delay_s = start_s
+    num_instant_rejections = 0
+    while True:
+        think_s, prompt_tokens, output_tokens = next(draws)
+        if delay_s > 0:
+            yield env.timeout(delay_s)
+        request_id = budget.take(env.now)
+        if request_id is None:
+            return
+        request = Request(request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user)
+        ended = completions.expect(request)
+        dispatch(request)
+        yield ended
+        delay_s = think_s
+        rejected_now = request.status == "rejected" and request.arrival_at_s == env.now and think_s == 0
+        num_instant_rejections = num_instant_rejections + 1 if rejected_now else 0
+        if num_instant_rejections >= MAX_INSTANT_REJECTIONS:
+            raise ClusterSimError(
+                f"tenant '{tenant}': user {user} had {num_instant_rejections} requests in a row rejected at "
+                f"{env.now:g} s with no think time ({request.reject_reason}); time cannot advance"
+            )
+
+
+def start_workload(
+    env: simpy.Environment,
+    scenario: Scenario,
+    data: dict[str, TenantData],
+    budget: RequestBudget,
+    dispatch: Dispatch,
+    completions: Completions,
+) -> None:
+    """Start every tenant's processes (in tenant order; a closed-loop tenant's users in user order)."""
+    for tenant in scenario.workload.tenants:
+        tenant_data = data.get(tenant.name)
+        arrival = tenant.arrival
+        if isinstance(arrival, ClosedLoopArrivals):
+            draws = closed_loop_draws(tenant, scenario.seed, tenant_data)
+            for user in range(arrival.num_users):
+                start_s = user * arrival.ramp_up_s / arrival.num_users
+                env.process(closed_loop_user(env, tenant.name, user, start_s, draws, budget, dispatch, completions))
+        else:
+            arrivals = tenant_arrivals(tenant, scenario.seed, tenant_data)
+            env.process(arrival_process(env, tenant.name, arrivals, budget, dispatch))

@@ -64,7 +64,7 @@ def test_valid_scenario_is_frozen():
         (
             lambda r: r["workload"]["tenants"][0]["arrival"].update(kind="poison"),
             "bad.yaml: workload.tenants[0].arrival.kind: unknown kind 'poison' (did you mean 'poisson'?); "
-            "choose one of: poisson, explicit",
+            "choose one of: poisson, gamma, stages, diurnal, closed_loop, trace, explicit",
         ),
         (
             lambda r: r["workload"]["tenants"][0]["prompt_tokens"].update(sigmaa=1),

@@ -1,0 +1,46 @@
+"""Exponential and empirical length distributions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clustersim.config.scenario import EmpiricalLengths, ExponentialLengths
+from clustersim.workload.lengths import sample_lengths
+
+
+def test_exponential_lengths_are_ceilings_of_exponentials():
+    rng = np.random.default_rng(5)
+    dist = ExponentialLengths(kind="exponential", mean_tokens=20)
+    values = sample_lengths(dist, rng, 200_000)
+    assert values.min() >= 1
+    # ceil(Exp(mean m)) is geometric on 1, 2, ... with p = 1 - exp(-1/m)
+    assert values.mean() == pytest.approx(1 / (1 - np.exp(-1 / 20)), rel=0.01)
+    again = np.ceil(np.random.default_rng(5).exponential(20, size=200_000)).astype(np.int64)
+    assert values.tolist() == again.tolist()
+
+
+def test_exponential_lengths_clip_at_max():
+    values = sample_lengths(
+        ExponentialLengths(kind="exponential", mean_tokens=0.01, max_tokens=3), np.random.default_rng(0), 1000
+    )
+    assert set(values.tolist()) == {1}
+    values = sample_lengths(
+        ExponentialLengths(kind="exponential", mean_tokens=1000, max_tokens=3), np.random.default_rng(0), 1000
+    )
+    assert values.max() == 3
+
+
+def test_empirical_values_are_resampled_uniformly():
+    dist = EmpiricalLengths(kind="empirical", values=(5, 50, 500))
+    values = sample_lengths(dist, np.random.default_rng(1), 30_000)
+    assert set(values.tolist()) == {5, 50, 500}
+    assert np.bincount(np.searchsorted([5, 50, 500], values)) == pytest.approx([10_000] * 3, rel=0.05)
+
+
+def test_empirical_observed_lengths_override_and_clip():
+    dist = EmpiricalLengths(
+        kind="empirical", trace={"path": "x.csv", "format": "azure"}, lengths_of="output", max_tokens=100
+    )
+    values = sample_lengths(dist, np.random.default_rng(1), 1000, observed=np.array([7, 700], dtype=np.int64))
+    assert set(values.tolist()) == {7, 100}
