@@ -69,6 +69,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     if "slo" in summary:
         slo = summary["slo"]
         targets = ", ".join(f"{k} <= {v}" for k, v in slo["targets"].items())
+        if slo.get("tenant_targets"):
+            per_tenant = "; ".join(
+                f"{tenant}: " + ", ".join(f"{k} <= {v}" for k, v in t.items())
+                for tenant, t in slo["tenant_targets"].items()
+            )
+            targets = f"{targets}; {per_tenant}" if targets else per_tenant
         lines.append(
             f"SLO ({targets}): {_fmt(slo['attainment_frac'], 100, 1)}% of requests met it; "
             f"goodput {_fmt(slo['goodput_requests_per_s'], digits=2)} req/s"

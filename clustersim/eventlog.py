@@ -31,6 +31,7 @@ REQUEST_SCHEMA = pa.schema(
         ("num_preemptions", pa.int32()),
         ("num_emitted_tokens", pa.int64()),
         ("reject_reason", pa.string()),
+        ("session_id", pa.int64()),
     ]
 )
 
@@ -124,6 +125,7 @@ class RunLog:
             request.num_preemptions,
             request.num_emitted_tokens,
             request.reject_reason,
+            request.session_id,
         )
 
     def close(self) -> None:

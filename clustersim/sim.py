@@ -23,7 +23,7 @@ from clustersim.architecture import (
 )
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
-from clustersim.config.scenario import Scenario, tenant_slo
+from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost.base import CostModel
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
@@ -60,24 +60,38 @@ class RunResult:
     summary: dict[str, Any]
 
 
-def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> ReplicaResources:
-    """Look up the profiles, check the model fits, size the KV cache and build the cost model."""
-    cluster = scenario.cluster
-    hardware = catalogue.hardware(cluster.hardware, source)
-    model_profile = catalogue.model(cluster.model, source)
-    engine = catalogue.engine(cluster.engine, source)
-    model = ModelShape.from_profile(model_profile, cluster.weight_precision, cluster.kv_cache_precision)
+def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> list[ReplicaResources]:
+    """The resources of every replica, in replica order (one entry per replica)."""
+    if scenario.scheduler.slo_admission != "off" and not ttft_targets_s(scenario):
+        raise ConfigError(
+            source,
+            "scheduler.slo_admission",
+            f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
+        )
+    resources: list[ReplicaResources] = []
+    for group in scenario.cluster.resolved_groups():
+        resources.extend([resolve_group(scenario, group, source, catalogue)] * group.count)
+    return resources
+
+
+def resolve_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> ReplicaResources:
+    """Look up one replica group's profiles, check the model fits, size the KV cache and build the cost model."""
+    where_from = group.field_path
+    hardware = catalogue.hardware(group.hardware, source, f"{where_from}.hardware")
+    model_profile = catalogue.model(scenario.cluster.model, source)
+    engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
+    model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
     gpu = GpuSpec.from_profiles(hardware, engine)
-    tp, pp = cluster.tensor_parallel, cluster.pipeline_parallel
+    tp, pp = group.tensor_parallel, group.pipeline_parallel
     if model.num_attention_heads % tp:
         raise ConfigError(
             source,
-            "cluster.tensor_parallel",
+            f"{where_from}.tensor_parallel",
             f"{tp} does not divide {model.name}'s {model.num_attention_heads} attention heads",
         )
     if pp > model.num_layers:
         raise ConfigError(
-            source, "cluster.pipeline_parallel", f"{pp} stages for {model.name}'s {model.num_layers} layers"
+            source, f"{where_from}.pipeline_parallel", f"{pp} stages for {model.name}'s {model.num_layers} layers"
         )
     usable = gpu.memory_bytes * scenario.kv.gpu_memory_frac
     weights = weight_bytes_per_gpu(model, tp, pp)
@@ -86,7 +100,7 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
     if kv_capacity_blocks(model, gpu, tp, scenario.kv.gpu_memory_frac, scenario.kv.block_size_tokens, pp) < 1:
         raise ConfigError(
             source,
-            "cluster.tensor_parallel",
+            f"{where_from}.tensor_parallel",
             f"{model.name} does not fit on {gpu.name} at {where}: weights need "
             f"{weights / GIB:.1f} GiB per GPU plus one KV block ({block / GIB:.3f} GiB); "
             f"{usable / GIB:.1f} GiB usable ({scenario.kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)",
@@ -102,7 +116,7 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
     if num_blocks < 1 and scenario.kv.num_blocks is None:
         raise ConfigError(
             source,
-            "cluster.tensor_parallel",
+            f"{where_from}.tensor_parallel",
             f"{model.name} does not fit on {gpu.name} at {where}: weights need {weights / GIB:.1f} GiB per GPU, "
             f"activations for {scenario.scheduler.max_num_batched_tokens} batched tokens {activations / GIB:.1f} GiB "
             f"({reserve / GIB:.1f} GiB beyond the {1 - scenario.kv.gpu_memory_frac:.2f} headroom) "
@@ -111,12 +125,6 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
         )
     if scenario.kv.num_blocks is not None:
         num_blocks = scenario.kv.num_blocks
-    if scenario.scheduler.slo_admission != "off" and not ttft_targets_s(scenario):
-        raise ConfigError(
-            source,
-            "scheduler.slo_admission",
-            f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
-        )
     costs, _ = default_registries()
     cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
     if isinstance(cost_model, RooflineCostModel) and pp > 1:
@@ -167,7 +175,7 @@ class CountingEnvironment(simpy.Environment):
 
 def simulate(
     scenario: Scenario,
-    resources: ReplicaResources,
+    resources: list[ReplicaResources],
     log: RunLog,
     env: CountingEnvironment | None = None,
     workload_data: dict[str, TenantData] | None = None,
@@ -203,19 +211,19 @@ def simulate(
                 i,
                 scenario.scheduler.policy,
                 limits,
-                resources.num_kv_blocks,
-                resources.model.max_model_len_tokens,
+                resources[i].num_kv_blocks,
+                resources[i].model.max_model_len_tokens,
                 scenario.simulation.fast_forward,
                 scenario.scheduler.batch_wait_s,
                 scenario.scheduler.slo_admission,
                 ttft_targets,
             ),
-            resources.cost_model,
+            resources[i].cost_model,
             log,
             on_final,
             make_queue(scenario.scheduler.ordering, priorities),
         )
-        for i in range(scenario.cluster.num_replicas)
+        for i in range(scenario.cluster.total_replicas)
     ]
     _, routers = default_registries()
     router = routers.get(scenario.router.kind)(scenario.router, scenario.seed)
@@ -269,12 +277,12 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
         "scenario": scenario.name,
         "seed": scenario.seed,
         "clustersim_version": __version__,
-        "kv_blocks_per_replica": resources.num_kv_blocks,
+        "kv_blocks_per_replica": [r.num_kv_blocks for r in resources],
         **summarize(
             requests_table,
             steps_table,
             makespan_s,
-            scenario.cluster.num_replicas,
+            scenario.cluster.total_replicas,
             scenario.slo,
             {tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         ),

@@ -111,6 +111,38 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
         "slo": {"ttft_s": 0.5},
     },
 ).via("discovered failure")
+@example(
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 3.036042004191871, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 11.682782367981522, "prompt_tokens": 1, "output_tokens": 1},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "continuous",
+            "max_num_seqs": 1,
+            "max_num_batched_tokens": 64,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "off",
+        },
+        "kv": {"block_size_tokens": 1, "num_blocks": 4},
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {},
+        "slo": {"ttft_s": 1.0},
+    },
+).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = run(raw, Path(tmp), True)

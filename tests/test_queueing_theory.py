@@ -41,7 +41,8 @@ def one_seat_queue(rate_per_s: float, output_tokens: dict, seed: int) -> dict:
 def mean_wait_with_ci(run) -> tuple[float, float]:
     table = pq.read_table(run.out_dir / "requests.parquet").sort_by("request_id")
     waits = (
-        np.asarray(table.column("first_scheduled_at_s").to_numpy()) - np.asarray(table.column("arrival_at_s").to_numpy())
+        np.asarray(table.column("first_scheduled_at_s").to_numpy())
+        - np.asarray(table.column("arrival_at_s").to_numpy())
     )[int(WARMUP_FRAC * NUM_REQUESTS) :]
     batches = np.array_split(waits, NUM_BATCHES)
     means = np.array([b.mean() for b in batches])

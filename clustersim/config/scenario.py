@@ -6,6 +6,7 @@ discriminated on ``kind``. Nothing here does I/O (see :mod:`clustersim.config.lo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -396,11 +397,43 @@ class Workload(StrictModel):
 
 
 # ----------------------------------------------------------------------------- cluster
+WeightPrecision = Literal["bf16", "fp16", "fp8", "fp4"]
+KVPrecision = Literal["bf16", "fp16", "fp8"]
+
+
+class ReplicaGroup(StrictModel):
+    """``count`` replicas that differ from the cluster's defaults (unset fields inherit them)."""
+
+    count: PositiveInt
+    hardware: str | None = None
+    tensor_parallel: PositiveInt | None = None
+    pipeline_parallel: PositiveInt | None = None
+    engine: str | None = None
+    weight_precision: WeightPrecision | None = None
+    kv_cache_precision: KVPrecision | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedGroup:
+    """One group of identical replicas with every setting filled in (derived from :class:`Cluster`)."""
+
+    field_path: str  # where its settings come from, for error messages
+    count: int
+    hardware: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    engine: str
+    weight_precision: WeightPrecision | None
+    kv_cache_precision: KVPrecision | None
+
+
 class Cluster(StrictModel):
-    """Identical replicas; each is one model instance over ``tensor_parallel x pipeline_parallel`` GPUs.
+    """Replicas of one model; each is one model instance over ``tensor_parallel x pipeline_parallel`` GPUs.
 
     ``weight_precision`` / ``kv_cache_precision`` override the model's own (``None``: weights as
     published, a 16-bit KV cache); FP8/FP4 weights also run GEMMs at the GPU's FP8/FP4 peak.
+    ``groups`` makes a heterogeneous cluster (e.g. some H100 TP1 and some A100 TP2 replicas): each
+    group's unset fields take the cluster-level values, and ``num_replicas`` is their total.
     """
 
     num_replicas: PositiveInt = 1
@@ -409,8 +442,43 @@ class Cluster(StrictModel):
     tensor_parallel: PositiveInt = 1
     pipeline_parallel: PositiveInt = 1
     engine: str = "vllm"
-    weight_precision: Literal["bf16", "fp16", "fp8", "fp4"] | None = None
-    kv_cache_precision: Literal["bf16", "fp16", "fp8"] | None = None
+    weight_precision: WeightPrecision | None = None
+    kv_cache_precision: KVPrecision | None = None
+    groups: tuple[ReplicaGroup, ...] = ()
+
+    @model_validator(mode="after")
+    def _groups_count(self) -> Cluster:
+        total = sum(g.count for g in self.groups)
+        if self.groups and "num_replicas" in self.model_fields_set and self.num_replicas != total:
+            raise ValueError(f"num_replicas ({self.num_replicas}) differs from the groups' total count ({total})")
+        return self
+
+    @property
+    def total_replicas(self) -> int:
+        return sum(g.count for g in self.groups) if self.groups else self.num_replicas
+
+    def resolved_groups(self) -> list[ResolvedGroup]:
+        """The replica groups in replica order (one group when ``groups`` is empty)."""
+        if not self.groups:
+            return [
+                ResolvedGroup(
+                    "cluster", self.num_replicas, self.hardware, self.tensor_parallel, self.pipeline_parallel,
+                    self.engine, self.weight_precision, self.kv_cache_precision,
+                )
+            ]  # fmt: skip
+        return [
+            ResolvedGroup(
+                f"cluster.groups[{i}]",
+                g.count,
+                g.hardware or self.hardware,
+                g.tensor_parallel or self.tensor_parallel,
+                g.pipeline_parallel or self.pipeline_parallel,
+                g.engine or self.engine,
+                g.weight_precision or self.weight_precision,
+                g.kv_cache_precision or self.kv_cache_precision,
+            )
+            for i, g in enumerate(self.groups)
+        ]
 
 
 class RoundRobinRouter(StrictModel):

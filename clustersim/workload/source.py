@@ -89,7 +89,9 @@ def arrival_process(
         request_id = budget.take(arrival_at_s)
         if request_id is None:
             return
-        request = Request(request_id, tenant, arrival_at_s, item[1], item[2])
+        # the simulated clock, not the requested time: now + (t - now) can round one ulp below t, and
+        # a request must never be scheduled before the arrival it records
+        request = Request(request_id, tenant, env.now, item[1], item[2])
         if len(item) == 5:
             request.session_id = item[3]
             request.prefix_hash_ids = item[4]

@@ -51,14 +51,18 @@ SCENARIOS = {
     "tiny-blocks": variant(kv__num_blocks=3000, kv__block_size_tokens=4),
     "static": variant(scheduler__policy="static", kv__num_blocks=4000),
     "seat-limit": variant(scheduler__max_num_seqs=8),
-    "tp2-70b": variant(cluster={"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-70B", "tensor_parallel": 2}),
+    "tp2-70b": variant(
+        cluster={"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-70B", "tensor_parallel": 2}
+    ),
     "vllm": variant(scheduler__policy="vllm", kv__num_blocks=1500),
     "chunked-prefill": variant(scheduler__policy="chunked_prefill", scheduler__max_num_batched_tokens=512),
     "chunked-pressure": variant(
         scheduler__policy="chunked_prefill", scheduler__max_num_batched_tokens=1024, kv__num_blocks=900
     ),
     "spf-aging": variant(scheduler__ordering={"kind": "shortest_prompt_first", "aging_tokens_per_s": 200}),
-    "fair-share": variant(scheduler__ordering={"kind": "fair_share", "weights": {"docs": 3}}, scheduler__max_num_seqs=6),
+    "fair-share": variant(
+        scheduler__ordering={"kind": "fair_share", "weights": {"docs": 3}}, scheduler__max_num_seqs=6
+    ),
     "slo-shed": variant(scheduler__slo_admission="shed", scheduler__max_num_seqs=6, slo={"ttft_s": 0.6}),
     "slo-defer": variant(scheduler__slo_admission="defer", scheduler__max_num_seqs=6, slo={"ttft_s": 0.6}),
     "static-wait": variant(scheduler__policy="static", scheduler__batch_wait_s=0.4, kv__num_blocks=4000),

@@ -40,8 +40,10 @@ def test_chunked_prefill_splits_a_long_prompt_and_keeps_decoding(run_mapping, fa
     )
     result = run_mapping(raw)
     assert times(result) == [(0.0, 1.0, 4.0), (0.0, 4.0, 5.0)]
-    steps = [(s["started_at_s"], s["num_seqs"], s["num_prefill_tokens"], s["num_decode_tokens"], s["num_emitted_tokens"])
-             for s in read_steps(result)]
+    steps = [
+        (s["started_at_s"], s["num_seqs"], s["num_prefill_tokens"], s["num_decode_tokens"], s["num_emitted_tokens"])
+        for s in read_steps(result)
+    ]
     # budget 10: decodes first, then B's prompt in chunks of 2, 9, 9, 5
     assert steps == [(0.0, 2, 10, 0, 1), (1.0, 2, 9, 1, 1), (2.0, 2, 9, 1, 1), (3.0, 2, 5, 1, 2), (4.0, 1, 0, 1, 1)]
 
@@ -54,9 +56,7 @@ def test_chunked_prefill_serves_prompts_longer_than_the_budget(run_mapping):
 
 
 def test_static_waits_for_a_fuller_batch(run_mapping):
-    raw = explicit_scenario(
-        [(0.0, 8, 3), (1.0, 8, 3), (5.0, 8, 3)], policy="static", scheduler={"batch_wait_s": 2.0}
-    )
+    raw = explicit_scenario([(0.0, 8, 3), (1.0, 8, 3), (5.0, 8, 3)], policy="static", scheduler={"batch_wait_s": 2.0})
     assert times(run_mapping(raw)) == [(2.0, 3.0, 5.0), (2.0, 3.0, 5.0), (7.0, 8.0, 10.0)]
 
 
