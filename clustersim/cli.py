@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import click
 from clustersim import __version__
 from clustersim.architecture import GpuSpec, ModelShape, Precision
 from clustersim.bench import CASES, SIZES, append_results, format_table, machine_description, run_in_child
+from clustersim.compare import compare, format_markdown, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.cost.base import StepBatch
@@ -163,6 +165,31 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path) -> None:
                 click.echo(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows))
     append_results(results, rows)
     click.echo(f"appended {len(rows)} rows to {results}")
+
+
+@main.command(name="compare")
+@click.argument("scenario")
+@click.option("--vary", multiple=True, required=True, metavar="PATH=V1,V2", help="Values to compare (repeatable).")
+@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help="Override applied to every variant.")
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/compare-NAME-TIME]."
+)
+@click.option("--jobs", default=os.cpu_count() or 1, show_default=True, help="Variants run in parallel.")
+def compare_command(
+    scenario: str, vary: tuple[str, ...], overrides: tuple[str, ...], out_dir: Path | None, jobs: int
+) -> None:
+    """Run SCENARIO once per variant and print a comparison table (also written as comparison.csv)."""
+    path = resolve_scenario_path(scenario)
+    try:
+        if out_dir is None:
+            out_dir = Path("runs") / f"compare-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        rows = compare(path, vary, overrides, out_dir, jobs)
+    except ClusterSimError as exc:
+        _fail(str(exc))
+        return
+    write_csv(rows, out_dir / "comparison.csv")
+    click.echo(format_markdown(rows))
+    click.echo(f"wrote {out_dir}/comparison.csv and one run folder per variant")
 
 
 @main.command()

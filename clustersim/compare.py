@@ -1,0 +1,143 @@
+"""Run one scenario under several variants and tabulate the metrics a capacity planner compares.
+
+``--vary path=v1,v2`` runs every value (and the cartesian product over several ``--vary``); values
+are YAML, split on top-level commas, so ``--vary 'scheduler.ordering={kind: fcfs},{kind: priority}'``
+works. Runs go to ``OUT/<variant>/`` and can run in parallel processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clustersim.config.loader import load_scenario
+from clustersim.errors import ConfigError
+from clustersim.sim import run_scenario
+
+COLUMNS = (
+    ("variant", "variant", None),
+    ("completed", "num_requests.completed", None),
+    ("rejected", "num_requests.rejected", None),
+    ("TTFT p50 ms", "ttft_s.p50", 1e3),
+    ("TTFT p99 ms", "ttft_s.p99", 1e3),
+    ("TPOT p50 ms", "tpot_s.p50", 1e3),
+    ("TPOT p99 ms", "tpot_s.p99", 1e3),
+    ("E2E p99 s", "e2e_s.p99", 1.0),
+    ("out tok/s", "output_tokens_per_s", 1.0),
+    ("SLO met %", "slo.attainment_frac", 100.0),
+    ("mean batch", "replicas.mean_batch_seqs", 1.0),
+    ("busy %", "replicas.mean_busy_frac", 100.0),
+    ("preemptions", "replicas.num_preemptions", None),
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One combination of overrides, named after its values."""
+
+    name: str
+    overrides: tuple[str, ...]
+
+
+def split_values(text: str) -> list[str]:
+    """Split ``a,b,{c: 1, d: 2}`` on commas outside brackets and braces."""
+    values, depth, current = [], 0, ""
+    for char in text:
+        if char in "[{(":
+            depth += 1
+        elif char in "]})":
+            depth -= 1
+        if char == "," and depth == 0:
+            values.append(current.strip())
+            current = ""
+        else:
+            current += char
+    values.append(current.strip())
+    return [v for v in values if v]
+
+
+def variants(vary: Sequence[str]) -> list[Variant]:
+    """The cartesian product of every ``path=v1,v2,...`` in ``vary``."""
+    axes: list[list[tuple[str, str]]] = []
+    for item in vary:
+        path, sep, text = item.partition("=")
+        if not sep or not path.strip() or not split_values(text):
+            raise ConfigError("--vary", item, "expected path=value1,value2,...")
+        axes.append([(path.strip(), value) for value in split_values(text)])
+    result = []
+    for combo in itertools.product(*axes):
+        name = ",".join(_slug(value) for _, value in combo) or "base"
+        result.append(Variant(name, tuple(f"{path}={value}" for path, value in combo)))
+    return result
+
+
+def _slug(value: str) -> str:
+    keep = "".join(c if c.isalnum() or c in "-_." else "-" for c in value)
+    return "-".join(part for part in keep.split("-") if part) or "value"
+
+
+def _run_variant(scenario_path: Path, overrides: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
+    return run_scenario(load_scenario(scenario_path, overrides), out_dir).summary
+
+
+def _lookup(summary: dict[str, Any], dotted: str) -> Any:
+    node: Any = summary
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def compare(
+    scenario_path: Path, vary: Sequence[str], base_overrides: Sequence[str], out_dir: Path, jobs: int
+) -> list[dict[str, Any]]:
+    """Run every variant (``jobs`` at a time) and return one table row per variant, in order."""
+    todo = variants(vary)
+    for variant in todo:  # validate every variant before running any
+        load_scenario(scenario_path, (*base_overrides, *variant.overrides))
+    args = [(scenario_path, (*base_overrides, *v.overrides), out_dir / v.name) for v in todo]
+    if jobs > 1 and len(args) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            summaries = list(pool.map(_run_variant, *zip(*args, strict=True)))
+    else:
+        summaries = [_run_variant(*a) for a in args]
+    rows = []
+    for variant, summary in zip(todo, summaries, strict=True):
+        row: dict[str, Any] = {"variant": variant.name}
+        for label, key, scale in COLUMNS[1:]:
+            value = _lookup(summary, key)
+            row[label] = value * scale if value is not None and scale is not None else value
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[c[0] for c in COLUMNS])
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def format_markdown(rows: list[dict[str, Any]]) -> str:
+    """The comparison as a Markdown table (what the README shows)."""
+    labels = [c[0] for c in COLUMNS]
+    lines = ["| " + " | ".join(labels) + " |", "|" + "---|" * len(labels)]
+    for row in rows:
+        cells = []
+        for label in labels:
+            value = row[label]
+            if value is None:
+                cells.append("-")
+            elif isinstance(value, float):
+                cells.append(f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}")
+            else:
+                cells.append(str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
