@@ -98,12 +98,12 @@ def _mixed_slo(
             mask = tenants == tenant
             met[mask] = _slo_met({k: v[mask] for k, v in latencies.items()}, tenant_target)
     block = _slo_block(
-        slo.model_dump(exclude_none=True) if slo is not None else {},
+        slo.targets() if slo is not None else {},
         int(np.count_nonzero(met)),
         requests.num_rows,
         makespan_s,
     )
-    block["tenant_targets"] = {t: s.model_dump(exclude_none=True) for t, s in tenant_slos.items() if s is not None}
+    block["tenant_targets"] = {t: s.targets() for t, s in tenant_slos.items() if s is not None}
     return block
 
 
@@ -121,8 +121,20 @@ def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> 
     }
     if slo is not None:
         num_met = int(np.count_nonzero(_slo_met(latencies, slo)))
-        summary["slo"] = _slo_block(slo.model_dump(exclude_none=True), num_met, requests.num_rows, makespan_s)
+        summary["slo"] = _slo_block(slo.targets(), num_met, requests.num_rows, makespan_s)
+        if slo.percentile is not None:
+            summary["slo"].update(_percentile_verdict(latencies, slo, slo.percentile))
     return summary
+
+
+def _percentile_verdict(latencies: dict[str, NDArray[np.float64]], slo: SLO, percentile: float) -> dict[str, Any]:
+    """Whether the ``percentile``-th value of each targeted metric (over completed requests) is within target."""
+    values: dict[str, float | None] = {}
+    for name in slo.targets():
+        finite = latencies[name][~np.isnan(latencies[name])]
+        values[name] = float(np.percentile(finite, percentile)) if finite.size else None
+    met = all(v is not None and v <= slo.targets()[k] for k, v in values.items())
+    return {"percentile": percentile, "percentile_values": values, "percentile_met": met}
 
 
 def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -247,7 +248,8 @@ def simulate(
 def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:
     """Run one scenario and write ``requests.parquet``, ``steps.parquet`` and ``summary.json`` to ``out_dir``."""
     scenario = loaded.scenario
-    resources = resolve_resources(scenario, loaded.source, catalogue or Catalogue.builtin())
+    catalogue = dataclasses.replace(catalogue or Catalogue.builtin(), base_dir=loaded.base_dir)
+    resources = resolve_resources(scenario, loaded.source, catalogue)
     workload_data = load_workload_data(scenario.workload, loaded.base_dir, loaded.source)  # before any output
     out_dir.mkdir(parents=True, exist_ok=True)
     incomplete = out_dir / "INCOMPLETE"

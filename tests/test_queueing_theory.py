@@ -55,6 +55,9 @@ def mean_wait_with_ci(run) -> tuple[float, float]:
         ("M/D/1", {"kind": "fixed", "tokens": 10}, 10.0, 100.0),
         # uniform on 1..19: mean 10, variance (19^2 - 1) / 12 = 30
         ("M/G/1 uniform", {"kind": "uniform", "min_tokens": 1, "max_tokens": 19}, 10.0, 130.0),
+        # exponential lengths under unit cost: ceil(Exp(mean 10)) is geometric with p = 1 - exp(-1/10):
+        # E[S] = 1/p = 10.508332, E[S^2] = (2 - p)/p^2 = 210.341749: the discrete M/M/1
+        ("M/M/1 (geometric)", {"kind": "exponential", "mean_tokens": 10.0}, 10.508331944775044, 210.34174857838426),
     ],
 )
 @pytest.mark.parametrize("rho", [0.5, 0.8])

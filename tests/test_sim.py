@@ -168,3 +168,13 @@ def test_a_run_that_fails_midway_leaves_a_marked_incomplete_folder(run_mapping, 
     assert (out_dir / "INCOMPLETE").read_text() == "this run did not finish: RuntimeError: simulated crash\n"
     assert not (out_dir / "requests.parquet").exists() and not (out_dir / "summary.json").exists()
     assert (out_dir / "requests.parquet.partial").exists()
+
+
+def test_slo_percentile_verdict(run_mapping):
+    raw = explicit_scenario([(0.0, 8, 4), (0.0, 8, 4), (0.0, 8, 10), (0.0, 8, 10), (0.0, 8, 4), (0.0, 8, 4)])
+    # TTFTs are 1, 1, 1, 1, 5, 5 s: the median is 1 s, the 90th percentile 5 s
+    met = run_mapping({**raw, "slo": {"ttft_s": 2.0, "percentile": 50}}).summary["slo"]
+    assert met["percentile_values"] == {"ttft_s": 1.0} and met["percentile_met"] is True
+    missed = run_mapping({**raw, "slo": {"ttft_s": 2.0, "percentile": 90}}).summary["slo"]
+    assert missed["percentile_values"] == {"ttft_s": 5.0} and missed["percentile_met"] is False
+    assert missed["targets"] == {"ttft_s": 2.0}

@@ -48,6 +48,7 @@ class Catalogue:
     """All profiles in a ``hardware_profiles`` folder, looked up by name or alias (any case)."""
 
     root: Path
+    base_dir: Path | None = None  # where profile file names in a scenario resolve (the scenario's folder)
 
     @classmethod
     def builtin(cls) -> Catalogue:
@@ -62,6 +63,11 @@ class Catalogue:
         return [load_profile_file(p, model_cls) for p in sorted((self.root / folder).glob("*.yaml"))]  # type: ignore[type-var]
 
     def _find(self, kind: str, name: str, scenario_source: str, field_path: str) -> AnyProfile:
+        if name.endswith((".yaml", ".yml")):  # a profile file of the user's, relative to the scenario's folder
+            path = Path(name) if self.base_dir is None else self.base_dir / name
+            if not path.is_file():
+                raise ConfigError(scenario_source, field_path, f"no such {kind} profile file {path}")
+            return load_profile_file(path, _KINDS[kind][1])  # type: ignore[type-var]
         profiles = self._all(kind)
         wanted = name.lower()
         for profile in profiles:

@@ -34,3 +34,13 @@ def test_broken_profile_file_names_file_and_field(tmp_path):
     (tmp_path / "gpus" / "x.yaml").write_text("name: X\nmemory_bytes: {value: 1}\n")
     with pytest.raises(ConfigError, match=r"x\.yaml: memory_bytes\.source: missing \(required\)"):
         Catalogue(tmp_path).hardware("X")
+
+
+def test_profile_files_resolve_against_the_scenario_folder(tmp_path):
+    source = Catalogue.builtin().root / "gpus" / "h100-sxm.yaml"
+    (tmp_path / "mine.yaml").write_text(source.read_text().replace("name: H100-SXM", "name: My-GPU"))
+    catalogue = Catalogue(Catalogue.builtin().root, base_dir=tmp_path)
+    assert catalogue.hardware("mine.yaml").name == "My-GPU"
+    with pytest.raises(ConfigError) as info:
+        catalogue.hardware("missing.yaml", "s.yaml")
+    assert str(info.value) == f"s.yaml: cluster.hardware: no such hardware profile file {tmp_path / 'missing.yaml'}"

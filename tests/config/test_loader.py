@@ -97,6 +97,14 @@ def test_valid_scenario_is_frozen():
             "(got 'abc')",
         ),
         (
+            lambda r: r.update(slo={"ttft_s": 0.5, "percentile": 100}),
+            "bad.yaml: slo.percentile: input should be less than 100 (got 100)",
+        ),
+        (
+            lambda r: r.update(slo={"ttft_s": 0.5, "percentile": 0}),
+            "bad.yaml: slo.percentile: input should be greater than 0 (got 0)",
+        ),
+        (
             lambda r: r["cluster"].pop("model"),
             "bad.yaml: cluster.model: missing (required)",
         ),
