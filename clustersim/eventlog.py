@@ -53,6 +53,21 @@ STEP_SCHEMA = pa.schema(
     ]
 )
 
+MEMORY_SCHEMA = pa.schema(
+    [
+        ("replica", pa.int32()),
+        ("started_at_s", pa.float64()),
+        ("duration_s", pa.float64()),
+        ("capacity_bytes", pa.float64()),
+        ("stored_bytes", pa.float64()),
+        ("internal_frag_bytes", pa.float64()),
+        ("reserved_unused_bytes", pa.float64()),
+        ("external_frag_bytes", pa.float64()),
+        ("cached_prefix_bytes", pa.float64()),
+        ("free_bytes", pa.float64()),
+    ]
+)
+
 ROWS_PER_BATCH = 65_536
 
 
@@ -103,11 +118,12 @@ def _nan_to_none(value: float) -> float | None:
 
 
 class RunLog:
-    """The run's two event logs: one row per request, one per scheduler iteration."""
+    """The run's event logs: one row per request, one per scheduler iteration (or run), and its KV ledger."""
 
     def __init__(self, out_dir: Path, metadata: dict[str, str]) -> None:
         self.requests = TableWriter(out_dir / "requests.parquet", REQUEST_SCHEMA, metadata)
         self.steps = TableWriter(out_dir / "steps.parquet", STEP_SCHEMA, metadata)
+        self.memory = TableWriter(out_dir / "memory.parquet", MEMORY_SCHEMA, metadata)
 
     def record_request(self, request: Request) -> None:
         """Write a request's final record (called once, when it completes, is rejected, or the run ends)."""
@@ -131,7 +147,9 @@ class RunLog:
     def close(self) -> None:
         self.requests.close()
         self.steps.close()
+        self.memory.close()
 
     def abort(self) -> None:
         self.requests.abort()
         self.steps.abort()
+        self.memory.abort()

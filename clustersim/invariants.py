@@ -95,9 +95,35 @@ def check_steps(steps: pa.Table, requests: pa.Table, scenario: Scenario) -> list
     return problems
 
 
-def check_run(requests: pa.Table, steps: pa.Table, scenario: Scenario, replicas: list[ReplicaEndState]) -> None:
+def check_memory(memory: pa.Table) -> list[str]:
+    """The KV ledger: no category is negative and the categories add up to the capacity."""
+    if memory.num_rows == 0:
+        return []
+    columns = [
+        "stored_bytes", "internal_frag_bytes", "reserved_unused_bytes",
+        "external_frag_bytes", "cached_prefix_bytes", "free_bytes",
+    ]  # fmt: skip
+    parts = np.stack([_np(memory, c).astype(np.float64) for c in columns])
+    capacity = _np(memory, "capacity_bytes").astype(np.float64)
+    problems = []
+    if np.any(parts < -1e-6 * capacity):
+        problems.append("a KV ledger category is negative")
+    if np.any(np.abs(parts.sum(axis=0) - capacity) > 1e-9 * capacity):
+        problems.append("the KV ledger categories do not add up to the capacity")
+    return problems
+
+
+def check_run(
+    requests: pa.Table,
+    steps: pa.Table,
+    scenario: Scenario,
+    replicas: list[ReplicaEndState],
+    memory: pa.Table | None = None,
+) -> None:
     """Raise :class:`InvariantViolation` listing every broken invariant of a finished run."""
     problems = check_requests(requests) + check_steps(steps, requests, scenario)
+    if memory is not None:
+        problems += check_memory(memory)
     for index, replica in enumerate(replicas):
         if replica.kv_used_blocks != replica.kv_blocks_of_running:
             problems.append(

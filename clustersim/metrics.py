@@ -227,3 +227,44 @@ def summarize(
         "per_replica": _per_replica(requests, steps, num_replicas, busy, makespan_s),
     }
     return summary
+
+
+LEDGER_CATEGORIES = (
+    "stored_bytes",
+    "internal_frag_bytes",
+    "reserved_unused_bytes",
+    "external_frag_bytes",
+    "cached_prefix_bytes",
+    "free_bytes",
+)
+
+
+def kv_summary(memory: pa.Table, num_preemptions: int) -> dict[str, Any]:
+    """Time-weighted shares of KV capacity per ledger category (over the time replicas were stepping).
+
+    ``waste_frac`` is internal fragmentation + reserved but unused + external fragmentation;
+    ``mean_used_frac`` is everything but free headroom; ``peak_used_frac`` its maximum over rows.
+    """
+    weight = _col(memory, "duration_s").astype(np.float64)
+    capacity = _col(memory, "capacity_bytes").astype(np.float64)
+    total_weight = float(weight.sum())
+    if memory.num_rows == 0 or total_weight <= 0:
+        return {"num_preemptions": num_preemptions, "prefix_hit_rate": None}
+
+    def share(column: str) -> float:
+        return float((weight * _col(memory, column) / capacity).sum() / total_weight)
+
+    used = 1.0 - _col(memory, "free_bytes") / capacity
+    return {
+        "stored_frac": share("stored_bytes"),
+        "internal_frag_frac": share("internal_frag_bytes"),
+        "reserved_unused_frac": share("reserved_unused_bytes"),
+        "external_frag_frac": share("external_frag_bytes"),
+        "cached_prefix_frac": share("cached_prefix_bytes"),
+        "waste_frac": share("internal_frag_bytes") + share("reserved_unused_bytes") + share("external_frag_bytes"),
+        "mean_used_frac": float((weight * used).sum() / total_weight),
+        "peak_used_frac": float(used.max()),
+        "stored_of_used_frac": share("stored_bytes") / max(1e-300, float((weight * used).sum() / total_weight)),
+        "num_preemptions": num_preemptions,
+        "prefix_hit_rate": None,  # prefix caching is not modelled yet
+    }

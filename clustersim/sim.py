@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,9 @@ from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
-from clustersim.metrics import summarize
+from clustersim.metrics import kv_summary, summarize
 from clustersim.registry import default_registries
-from clustersim.replica.policies import BatchLimits
+from clustersim.replica.policies import BatchLimits, Reservation
 from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica, ReplicaSpec
 from clustersim.workload.request import Request
@@ -51,6 +52,7 @@ class ReplicaResources:
     tensor_parallel: int
     num_kv_blocks: int
     cost_model: CostModel
+    kv_bytes_per_token: float  # over all the replica's GPUs
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,8 @@ def resolve_group(scenario: Scenario, group: ResolvedGroup, source: str, catalog
     cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
     if isinstance(cost_model, RooflineCostModel) and pp > 1:
         cost_model = RooflineCostModel(model, gpu, tp, pp)
-    return ReplicaResources(model, gpu, tp, num_blocks, cost_model)
+    kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
+    return ReplicaResources(model, gpu, tp, num_blocks, cost_model, kv_bytes_per_token)
 
 
 def scenario_metadata(scenario: Scenario) -> dict[str, str]:
@@ -147,6 +150,27 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     os.replace(partial, path)
+
+
+def batch_limits(scenario: Scenario, model_max_len_tokens: int) -> BatchLimits:
+    """The step limits and the KV reservation rule the scenario asks for."""
+    kv = scenario.kv
+    reservation: Reservation = "grow"
+    reserve_tokens = 0
+    if kv.allocator == "contiguous":
+        reservation = kv.reserve
+        reserve_tokens = (
+            kv.max_output_tokens if kv.reserve == "max_output" else kv.max_model_len_tokens or model_max_len_tokens
+        )
+    elif scenario.scheduler.policy == "static":
+        reservation = "sequence"
+    return BatchLimits(
+        scenario.scheduler.max_num_seqs,
+        scenario.scheduler.max_num_batched_tokens,
+        kv.block_size_tokens,
+        reservation,
+        reserve_tokens,
+    )
 
 
 def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
@@ -191,9 +215,7 @@ def simulate(
     if workload_data is None:
         workload_data = load_workload_data(scenario.workload, Path.cwd(), "scenario")
     completions = Completions(env)
-    limits = BatchLimits(
-        scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens, scenario.kv.block_size_tokens
-    )
+    limits = batch_limits(scenario, resources[0].model.max_model_len_tokens)
     last_end_s = 0.0
 
     def on_final(request: Request) -> None:
@@ -218,6 +240,9 @@ def simulate(
                 scenario.scheduler.batch_wait_s,
                 scenario.scheduler.slo_admission,
                 ttft_targets,
+                scenario.kv.allocator,
+                math.ceil(scenario.kv.watermark_frac * resources[i].num_kv_blocks),
+                resources[i].kv_bytes_per_token,
             ),
             resources[i].cost_model,
             log,
@@ -265,12 +290,14 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
     log.close()
     requests_table = pq.read_table(log.requests.path)
     steps_table = pq.read_table(log.steps.path)
+    memory_table = pq.read_table(log.memory.path)
     try:
         check_run(
             requests_table,
             steps_table,
             scenario,
             [ReplicaEndState(r.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas],
+            memory_table,
         )
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
@@ -288,6 +315,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             scenario.slo,
             {tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         ),
+        "kv": kv_summary(memory_table, sum(r.num_preemptions for r in replicas)),
         "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }
     _write_json_atomically(out_dir / "summary.json", summary)

@@ -601,15 +601,25 @@ class Scheduler(StrictModel):
 
 
 class KVCache(StrictModel):
-    """Paged KV cache: blocks of ``block_size_tokens`` tokens.
+    """The KV cache: how it is allocated and how much of the GPU it gets.
 
-    Capacity is ``gpu_memory_frac`` of GPU memory minus the weights, unless ``num_blocks``
-    overrides it (useful for teaching scenarios and tests).
+    ``allocator: paged`` (vLLM): fixed blocks of ``block_size_tokens`` taken as sequences grow.
+    ``contiguous`` (FasterTransformer, Orca): each request reserves one region on admission, for its
+    prompt plus ``max_output_tokens`` (``reserve: max_output``) or for the model's maximum length
+    (``reserve: max_model_len``, or ``max_model_len_tokens`` if set), placed first-fit in a linear
+    space. Capacity is ``gpu_memory_frac`` of GPU memory minus the weights (and the activation
+    reserve), unless ``num_blocks`` fixes it. Admission keeps ``watermark_frac`` of the blocks free
+    as headroom for running sequences to grow into.
     """
 
+    allocator: Literal["paged", "contiguous"] = "paged"
     block_size_tokens: PositiveInt = 16
     gpu_memory_frac: float = Field(default=0.9, gt=0.0, le=1.0)
     num_blocks: PositiveInt | None = None
+    watermark_frac: float = Field(default=0.0, ge=0.0, lt=1.0)
+    reserve: Literal["max_output", "max_model_len"] = "max_output"
+    max_output_tokens: PositiveInt = 2048
+    max_model_len_tokens: PositiveInt | None = None
 
 
 class RooflineCost(StrictModel):

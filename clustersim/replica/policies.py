@@ -16,13 +16,24 @@ BatchingPolicy = Literal["static", "continuous", "vllm", "chunked_prefill"]
 SloAdmission = Literal["off", "defer", "shed"]
 
 
+Reservation = Literal["grow", "sequence", "max_output", "max_model_len"]
+
+
 @dataclass(frozen=True, slots=True)
 class BatchLimits:
-    """The knobs that bound one step of one replica."""
+    """The knobs that bound one step of one replica, and how it reserves KV blocks.
+
+    ``reservation``: ``grow`` takes blocks for the prompt and then one at a time (paged, iteration
+    level); ``sequence`` reserves prompt + output up front (static batching on paged blocks);
+    ``max_output`` reserves prompt + ``reserve_tokens`` and ``max_model_len`` reserves
+    ``reserve_tokens`` (contiguous regions).
+    """
 
     max_num_seqs: int
     max_num_batched_tokens: int
     block_size_tokens: int
+    reservation: Reservation = "grow"
+    reserve_tokens: int = 0
 
 
 def prefill_tokens_of(request: Request) -> int:
@@ -30,16 +41,19 @@ def prefill_tokens_of(request: Request) -> int:
     return request.prompt_tokens + request.num_emitted_tokens
 
 
-def blocks_to_admit(request: Request, policy: BatchingPolicy, block_size_tokens: int) -> int:
-    """KV blocks a request takes on admission.
+def blocks_to_admit(request: Request, limits: BatchLimits) -> int:
+    """KV blocks a request takes on admission (see :class:`BatchLimits` ``reservation``).
 
-    ``static`` reserves the whole sequence (prompt + output) up front and never grows; the others
-    take blocks for the prompt (all of it, even when it is prefilled in chunks) and then grow
-    block by block as tokens are generated.
+    Growing policies take blocks for the whole prompt, even when it is prefilled in chunks.
     """
-    if policy == "static":
-        return blocks_for_tokens(request.prompt_tokens + request.output_tokens - 1, block_size_tokens)
-    return blocks_for_tokens(prefill_tokens_of(request), block_size_tokens)
+    bs = limits.block_size_tokens
+    if limits.reservation == "sequence":
+        return blocks_for_tokens(request.prompt_tokens + request.output_tokens - 1, bs)
+    if limits.reservation == "max_output":
+        return blocks_for_tokens(request.prompt_tokens + limits.reserve_tokens, bs)
+    if limits.reservation == "max_model_len":
+        return blocks_for_tokens(limits.reserve_tokens, bs)
+    return blocks_for_tokens(prefill_tokens_of(request), bs)
 
 
 def token_budget(policy: BatchingPolicy, limits: BatchLimits, num_decode_tokens: int) -> int:
@@ -66,7 +80,7 @@ def admits(
     """
     if num_seats_used >= limits.max_num_seqs:
         return False
-    if blocks_to_admit(request, policy, limits.block_size_tokens) > num_free_blocks:
+    if blocks_to_admit(request, limits) > num_free_blocks:
         return False
     if policy == "chunked_prefill":
         return tokens_left > 0
@@ -87,7 +101,11 @@ def rejection_reason(
             f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens "
             f"{limits.max_num_batched_tokens} (chunked_prefill would split it)"
         )
-    needed = blocks_for_tokens(total_tokens - 1, limits.block_size_tokens)
+    if limits.reservation == "max_output" and request.output_tokens > limits.reserve_tokens:
+        return f"output of {request.output_tokens} tokens exceeds kv.max_output_tokens {limits.reserve_tokens}"
+    if limits.reservation == "max_model_len" and total_tokens > limits.reserve_tokens:
+        return f"prompt + output = {total_tokens} tokens exceeds the reserved max length {limits.reserve_tokens}"
+    needed = max(blocks_for_tokens(total_tokens - 1, limits.block_size_tokens), blocks_to_admit(request, limits))
     if needed > num_total_blocks:
         return f"needs {needed} KV blocks, the replica has {num_total_blocks}"
     return ""

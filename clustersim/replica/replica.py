@@ -31,7 +31,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import simpy
 
@@ -39,6 +39,7 @@ from clustersim.architecture import blocks_for_tokens
 from clustersim.cost.base import CostModel, DecodeStepShape, StepBatch
 from clustersim.cost.runs import run_duration_s, steps_done_by
 from clustersim.eventlog import RunLog
+from clustersim.kvcache.contiguous import ContiguousSpace
 from clustersim.kvcache.paged import BlockPool
 from clustersim.replica.policies import (
     BatchingPolicy,
@@ -75,6 +76,7 @@ class _Seat:
         "kv_offset",
         "order",
         "prefill_tokens",
+        "region_start",
         "request",
         "reserved_blocks",
     )
@@ -89,6 +91,7 @@ class _Seat:
         self.kv_offset = 0
         self.emit_base = 0
         self.finish_index = 0
+        self.region_start = -1  # where its region starts in a contiguous space
         self.alive = True
 
 
@@ -105,6 +108,9 @@ class ReplicaSpec:
     batch_wait_s: float = 0.0
     slo_admission: SloAdmission = "off"
     ttft_targets_s: Mapping[str, float] = field(default_factory=dict)
+    allocator: Literal["paged", "contiguous"] = "paged"
+    watermark_blocks: int = 0
+    kv_bytes_per_token: float = 0.0  # over the replica's GPUs, for the memory ledger
 
 
 class _InFlight:
@@ -180,7 +186,10 @@ class Replica:
         self._policy = spec.policy
         self._limits = spec.limits
         self._block_size = spec.limits.block_size_tokens
-        self._growing = spec.policy != "static"  # static reserves whole sequences up front
+        self._growing = spec.limits.reservation == "grow"  # otherwise whole regions are reserved up front
+        self.space = ContiguousSpace(spec.num_kv_blocks) if spec.allocator == "contiguous" else None
+        self._filled_blocks = 0  # blocks the decoding sequences' tokens fill (= what they hold when paged)
+        self._prefill_done_sum = 0  # prompt tokens already in the KV cache of sequences still prefilling
         self._prefilling: dict[int, _Seat] = {}
         self._buckets: list[dict[int, _Seat]] = [{} for _ in range(self._block_size)]
         self._finish_heap: list[tuple[int, int, _Seat]] = []
@@ -205,6 +214,11 @@ class Replica:
     def kv_used_frac(self) -> float:
         """Fraction of this replica's KV blocks in use."""
         return self.pool.num_used_blocks / self.pool.num_total_blocks
+
+    def _admission_free(self) -> int:
+        """Blocks a new request may take: the free ones above the watermark (contiguous: in one hole)."""
+        free = self.pool.num_free_blocks - self.spec.watermark_blocks
+        return min(free, self.space.largest_hole) if self.space is not None else free
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, request: Request) -> None:
@@ -253,13 +267,13 @@ class Replica:
             return
         boundary = run.first_index + new_num_steps
         unused_growth = self._growth(boundary, run.first_index + run.num_steps - 1)
-        grows_at_boundary = self._policy != "vllm"  # a vllm prefill step pauses the decodes
-        free = (
-            self.pool.num_free_blocks + unused_growth - (self._growth(boundary, boundary) if grows_at_boundary else 0)
-        )
-        if blocks_to_admit(request, self._policy, self._block_size) > free:
+        grows_at_boundary = self._growing and self._policy != "vllm"  # a vllm prefill step pauses the decodes
+        returned = unused_growth if self._growing else 0
+        free = self._admission_free() + returned - (self._growth(boundary, boundary) if grows_at_boundary else 0)
+        if blocks_to_admit(request, self._limits) > free:
             return
-        self.pool.free(unused_growth)
+        self.pool.free(returned)
+        self._filled_blocks -= unused_growth
         self._grown_through = boundary - 1
         run.num_steps = new_num_steps
         run.duration_total_s = run.duration_s(new_num_steps, self.cost_model)
@@ -357,7 +371,7 @@ class Replica:
         """Admit heads while the policy lets them in; append their (first) chunks. Returns tokens left."""
         first = not chunks
         while (head := self._head()) is not None and admits(
-            head, self._policy, self._limits, len(self.seats), tokens_left, self.pool.num_free_blocks, first
+            head, self._policy, self._limits, len(self.seats), tokens_left, self._admission_free(), first
         ):
             seat = self._seat(self._pop_head())
             chunk = min(seat.prefill_tokens, tokens_left) if self._policy == "chunked_prefill" else seat.prefill_tokens
@@ -376,6 +390,8 @@ class Replica:
         if self._policy == "static":
             if not self.seats:
                 self._admit(self._limits.max_num_batched_tokens, chunks)
+            elif decodes:
+                self._grow_blocks(d)  # counts the blocks the new tokens fill (reserved: nothing to allocate)
         elif self._policy == "vllm":
             self._admit(self._limits.max_num_batched_tokens, chunks)
             decodes = decodes and not chunks
@@ -427,8 +443,10 @@ class Replica:
                     else 1
                 )
                 num_steps = min(num_steps, until)
+            growth = self._growth(d + 1, d + num_steps - 1)
+            self._filled_blocks += growth
             if self._growing:
-                self.pool.allocate(self._growth(d + 1, d + num_steps - 1))
+                self.pool.allocate(growth)
                 self._grown_through = d + num_steps - 1
         run = _InFlight(self.env.now, d, num_steps, batch, [], num_preempted, shape, True)
         # static batching admits nothing mid-batch, so only the other policies' runs can be cut short
@@ -445,7 +463,7 @@ class Replica:
     def _growth(self, first_index: int, last_index: int) -> int:
         """Blocks the decoding sequences take over decode steps ``first..last`` (no one finishes between)."""
         num_steps = last_index - first_index + 1
-        if num_steps <= 0 or not self._growing:
+        if num_steps <= 0:
             return 0
         bs = self._block_size
         full_cycles, rest = divmod(num_steps, bs)
@@ -473,8 +491,12 @@ class Replica:
         """Give a block to each decoding sequence crossing a block boundary at decode step ``d``; preempt if short."""
         self._grown_through = d
         bucket = self._buckets[(1 - d) % self._block_size]
+        if not self._growing:  # the reserved regions already hold the new tokens
+            self._filled_blocks += len(bucket)
+            return 0
         if len(bucket) <= self.pool.num_free_blocks:
             self.pool.allocate(len(bucket))
+            self._filled_blocks += len(bucket)
             return 0
         num_preempted = 0
         for seat in list(bucket.values()):  # admission order, as the step-by-step reference
@@ -483,6 +505,7 @@ class Replica:
                 num_preempted += 1
             if seat.alive:
                 self.pool.allocate(1)
+                self._filled_blocks += 1
         return num_preempted
 
     def _blocks_held(self, seat: _Seat, last_index: int) -> int:
@@ -493,11 +516,17 @@ class Replica:
     # ------------------------------------------------------------------ lifecycle
     def _seat(self, request: Request) -> _Seat:
         """Give an admitted request a seat and its KV blocks; its prompt is prefilled from the next step."""
-        num_blocks = blocks_to_admit(request, self._policy, self._block_size)
+        num_blocks = blocks_to_admit(request, self._limits)
         self.pool.allocate(num_blocks)
+        region_start = -1
+        if self.space is not None:
+            placed = self.space.allocate(num_blocks)
+            assert placed is not None, "admitted without a hole large enough"
+            region_start = placed
         if request.first_scheduled_at_s != request.first_scheduled_at_s:  # NaN: first time
             request.first_scheduled_at_s = self.env.now
         seat = _Seat(request, self._num_admitted, prefill_tokens_of(request), num_blocks)
+        seat.region_start = region_start
         self._num_admitted += 1
         self.seats[request.request_id] = seat
         self._prefilling[request.request_id] = seat
@@ -515,8 +544,9 @@ class Replica:
         heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
         self._num_decode += 1
         self._decode_kv_offset_sum += seat.kv_offset
-        if self._growing:
-            self._buckets[seat.kv_offset % self._block_size][request.request_id] = seat
+        self._prefill_done_sum -= seat.prefill_tokens
+        self._filled_blocks += blocks_for_tokens(seat.prefill_tokens, self._block_size)
+        self._buckets[seat.kv_offset % self._block_size][request.request_id] = seat
 
     def _vacate(self, seat: _Seat, last_index: int) -> Request:
         """Free a seat and the blocks it held at decode index ``last_index``."""
@@ -524,12 +554,15 @@ class Replica:
         request_id = seat.request.request_id
         del self.seats[request_id]
         self.pool.free(self._blocks_held(seat, last_index))
+        if self.space is not None:
+            self.space.free(seat.region_start, seat.reserved_blocks)
         if seat.decoding:
             self._num_decode -= 1
             self._decode_kv_offset_sum -= seat.kv_offset
-            if self._growing:
-                del self._buckets[seat.kv_offset % self._block_size][request_id]
+            self._filled_blocks -= blocks_for_tokens(seat.kv_offset + last_index, self._block_size)
+            del self._buckets[seat.kv_offset % self._block_size][request_id]
         else:
+            self._prefill_done_sum -= seat.done_tokens
             del self._prefilling[request_id]
         return seat.request
 
@@ -551,6 +584,7 @@ class Replica:
         num_first_tokens = 0
         for seat, chunk in run.chunks:
             seat.done_tokens += chunk
+            self._prefill_done_sum += chunk
             if seat.done_tokens == seat.prefill_tokens:
                 num_first_tokens += 1
                 if seat.request.num_emitted_tokens == 0:
@@ -572,6 +606,7 @@ class Replica:
             run.num_preempted,
             len(self.waiting) + len(self.deferred),
         )
+        self._record_memory(run.started_at_s, now, last_index)
         if run.advances:
             self._decode_index = run.first_index + num_steps
         heap = self._finish_heap
@@ -579,6 +614,40 @@ class Replica:
             _, _, seat = heapq.heappop(heap)
             if seat.alive:
                 self._finish(seat, last_index, now)
+
+    def _record_memory(self, started_at_s: float, now: float, last_index: int) -> None:
+        """One ledger row: where the KV capacity went during the step(s) just ended (before retiring).
+
+        The categories add up to the capacity: tokens stored; internal fragmentation (unused slots of
+        partly filled blocks); reserved but unused (blocks reserved beyond what is filled: contiguous
+        or static reservations, and prompts still being prefilled); external fragmentation (free
+        memory that cannot take the next waiting request because no hole is large enough); cached
+        prefixes (none yet); free headroom.
+        """
+        bs = self._block_size
+        stored = self._decode_kv_offset_sum + self._num_decode * last_index + self._prefill_done_sum
+        filled = self._filled_blocks + sum(blocks_for_tokens(s.done_tokens, bs) for s in self._prefilling.values())
+        used, total = self.pool.num_used_blocks, self.pool.num_total_blocks
+        free = (total - used) * bs
+        external = 0
+        head = self._head()
+        if self.space is not None and head is not None:
+            need = blocks_to_admit(head, self._limits)
+            if self.space.largest_hole < need <= self.space.num_free:
+                external = free
+        b = self.spec.kv_bytes_per_token
+        self.log.memory.append(
+            self.spec.index,
+            started_at_s,
+            now - started_at_s,
+            total * bs * b,
+            stored * b,
+            (filled * bs - stored) * b,
+            (used - filled) * bs * b,
+            external * b,
+            0.0,
+            (free - external) * b,
+        )
 
     def _finish(self, seat: _Seat, last_index: int, now: float) -> None:
         request = self._vacate(seat, last_index)
@@ -603,10 +672,13 @@ class Replica:
                 done = steps_done_by(run.shape, run.first_context, run.batch.num_decode_seqs, run.num_steps, elapsed_s)
                 if done and run.duration_s(done, self.cost_model) >= elapsed_s:
                     done -= 1
-            if self._growing and run.shape is not None:  # growth for the run's first step came before it
+            if run.shape is not None:  # growth for the run's first step came before it
                 last_grown = run.first_index + max(done, 1) - 1
-                self.pool.free(self._growth(last_grown + 1, run.first_index + run.num_steps - 1))
-                self._grown_through = last_grown
+                unused = self._growth(last_grown + 1, run.first_index + run.num_steps - 1)
+                self._filled_blocks -= unused
+                if self._growing:
+                    self.pool.free(unused)
+                    self._grown_through = last_grown
             if done:
                 self._end(run, done, run.started_at_s + run.duration_s(done, self.cost_model))
         done_index = self._decode_index - 1
