@@ -65,7 +65,15 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         },
         "cluster": {"num_replicas": draw(st.integers(1, 3)), "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
         "scheduler": scheduler,
-        "kv": {"block_size_tokens": draw(st.sampled_from([1, 4, 16])), "num_blocks": draw(st.integers(4, 120))},
+        "kv": {
+            "block_size_tokens": draw(st.sampled_from([1, 4, 16])),
+            "num_blocks": draw(st.integers(4, 120)),
+            "allocator": draw(st.sampled_from(["paged", "paged", "contiguous"])),
+            "reserve": draw(st.sampled_from(["max_output", "max_model_len"])),
+            "max_output_tokens": draw(st.integers(1, 80)),
+            "max_model_len_tokens": draw(st.integers(50, 400)),
+            "watermark_frac": draw(st.sampled_from([0.0, 0.0, 0.1, 0.3])),
+        },
         "cost": draw(st.sampled_from([{"kind": "unit", "step_time_s": 1.0}, {"kind": "roofline"}])),
         "stop": {"horizon_s": horizon} if horizon else {},
         "slo": {"ttft_s": draw(st.floats(0.5, 20))},
@@ -141,6 +149,61 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
         "cost": {"kind": "unit", "step_time_s": 1.0},
         "stop": {},
         "slo": {"ttft_s": 1.0},
+    },
+).via("discovered failure")
+@example(
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 1.1125369292536007e-308, "prompt_tokens": 18, "output_tokens": 48},
+                            {"arrival_at_s": 4.1264734689682914e-278, "prompt_tokens": 121, "output_tokens": 33},
+                            {"arrival_at_s": 1.1754943508222875e-38, "prompt_tokens": 293, "output_tokens": 15},
+                            {"arrival_at_s": 0.87328976831095, "prompt_tokens": 174, "output_tokens": 25},
+                            {"arrival_at_s": 1.9, "prompt_tokens": 47, "output_tokens": 32},
+                            {"arrival_at_s": 6.416892470652601, "prompt_tokens": 249, "output_tokens": 24},
+                            {"arrival_at_s": 7.475283845997224, "prompt_tokens": 94, "output_tokens": 13},
+                            {"arrival_at_s": 21.153635464045276, "prompt_tokens": 48, "output_tokens": 8},
+                            {"arrival_at_s": 21.480298088122794, "prompt_tokens": 254, "output_tokens": 22},
+                            {"arrival_at_s": 24.375674178318565, "prompt_tokens": 212, "output_tokens": 39},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "chunked_prefill",
+            "max_num_seqs": 1,
+            "max_num_batched_tokens": 64,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "off",
+        },
+        "kv": {
+            "block_size_tokens": 4,
+            "num_blocks": 79,
+            "allocator": "paged",
+            "reserve": "max_output",
+            "max_output_tokens": 1,
+            "max_model_len_tokens": 50,
+            "watermark_frac": 0.1,
+        },
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {},
+        "slo": {"ttft_s": 3.579211802968987},
     },
 ).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:

@@ -90,7 +90,12 @@ def admits(
 
 
 def rejection_reason(
-    request: Request, policy: BatchingPolicy, limits: BatchLimits, num_total_blocks: int, max_model_len_tokens: int
+    request: Request,
+    policy: BatchingPolicy,
+    limits: BatchLimits,
+    num_total_blocks: int,
+    max_model_len_tokens: int,
+    watermark_blocks: int = 0,
 ) -> str:
     """Why ``request`` can never be served by this replica, or an empty string if it can."""
     total_tokens = request.prompt_tokens + request.output_tokens
@@ -108,6 +113,12 @@ def rejection_reason(
     needed = max(blocks_for_tokens(total_tokens - 1, limits.block_size_tokens), blocks_to_admit(request, limits))
     if needed > num_total_blocks:
         return f"needs {needed} KV blocks, the replica has {num_total_blocks}"
+    on_admission = blocks_to_admit(request, limits)
+    if on_admission > num_total_blocks - watermark_blocks:
+        return (
+            f"needs {on_admission} KV blocks on admission, more than the {num_total_blocks - watermark_blocks} "
+            f"the replica admits above its {watermark_blocks}-block watermark"
+        )
     return ""
 
 

@@ -225,7 +225,12 @@ class Replica:
         """Accept a routed request: queue it, or reject it now if it can never be served here."""
         request.replica = self.spec.index
         reason = rejection_reason(
-            request, self._policy, self._limits, self.spec.num_kv_blocks, self.spec.max_model_len_tokens
+            request,
+            self._policy,
+            self._limits,
+            self.spec.num_kv_blocks,
+            self.spec.max_model_len_tokens,
+            self.spec.watermark_blocks,
         )
         if reason:
             self._reject(request, reason)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -53,5 +55,5 @@ def test_random_use_conserves_space(ops):
         holes = space.holes()
         assert sum(s for _, s in holes) + sum(s for _, s in held) == 64 == space.num_free + space.num_used
         regions = sorted(holes + held)
-        assert all(a[0] + a[1] <= b[0] for a, b in zip(regions, regions[1:]))  # nothing overlaps
-        assert all(a[0] + a[1] < b[0] for a, b in zip(holes, holes[1:]))  # holes never touch
+        assert all(a[0] + a[1] <= b[0] for a, b in itertools.pairwise(regions))  # nothing overlaps
+        assert all(a[0] + a[1] < b[0] for a, b in itertools.pairwise(holes))  # holes never touch

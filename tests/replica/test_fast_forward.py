@@ -66,6 +66,11 @@ SCENARIOS = {
     "slo-shed": variant(scheduler__slo_admission="shed", scheduler__max_num_seqs=6, slo={"ttft_s": 0.6}),
     "slo-defer": variant(scheduler__slo_admission="defer", scheduler__max_num_seqs=6, slo={"ttft_s": 0.6}),
     "static-wait": variant(scheduler__policy="static", scheduler__batch_wait_s=0.4, kv__num_blocks=4000),
+    "contiguous": variant(kv__allocator="contiguous", kv__max_output_tokens=2048, kv__num_blocks=9000),
+    "contiguous-model-len": variant(
+        kv__allocator="contiguous", kv__reserve="max_model_len", kv__max_model_len_tokens=8192, kv__num_blocks=9000
+    ),
+    "watermark": variant(kv__num_blocks=900, kv__watermark_frac=0.05),
     "horizon": variant(stop={"horizon_s": 6.0}),
     "horizon-pressure": variant(stop={"horizon_s": 8.0}, kv__num_blocks=700),
     "unit-boundaries": explicit_scenario(
