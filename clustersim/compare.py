@@ -33,6 +33,9 @@ COLUMNS = (
     ("mean batch", "replicas.mean_batch_seqs", 1.0),
     ("busy %", "replicas.mean_busy_frac", 100.0),
     ("preemptions", "replicas.num_preemptions", None),
+    ("KV stored %", "kv.stored_frac", 100.0),
+    ("KV waste %", "kv.waste_frac", 100.0),
+    ("KV stored of used %", "kv.stored_of_used_frac", 100.0),
 )
 
 
