@@ -116,7 +116,9 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     wall_s = time.perf_counter() - started
     if not quiet:
         click.echo(format_summary(result.summary))
-        click.echo(f"wrote {result.out_dir}/ (requests.parquet, steps.parquet, summary.json) in {wall_s:.2f} s wall")
+        click.echo(
+            f"wrote {result.out_dir}/ (requests, steps and memory .parquet, summary.json) in {wall_s:.2f} s wall"
+        )
     else:
         click.echo(str(result.out_dir))
 
