@@ -32,6 +32,7 @@ REQUEST_SCHEMA = pa.schema(
         ("num_emitted_tokens", pa.int64()),
         ("reject_reason", pa.string()),
         ("session_id", pa.int64()),
+        ("num_cached_prompt_tokens", pa.int64()),
     ]
 )
 
@@ -142,6 +143,7 @@ class RunLog:
             request.num_emitted_tokens,
             request.reject_reason,
             request.session_id,
+            request.num_cached_prompt_tokens,
         )
 
     def close(self) -> None:

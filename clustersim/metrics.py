@@ -239,7 +239,7 @@ LEDGER_CATEGORIES = (
 )
 
 
-def kv_summary(memory: pa.Table, num_preemptions: int) -> dict[str, Any]:
+def kv_summary(memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | None = None) -> dict[str, Any]:
     """Time-weighted shares of KV capacity per ledger category (over the time replicas were stepping).
 
     ``waste_frac`` is internal fragmentation + reserved but unused + external fragmentation;
@@ -249,7 +249,7 @@ def kv_summary(memory: pa.Table, num_preemptions: int) -> dict[str, Any]:
     capacity = _col(memory, "capacity_bytes").astype(np.float64)
     total_weight = float(weight.sum())
     if memory.num_rows == 0 or total_weight <= 0:
-        return {"num_preemptions": num_preemptions, "prefix_hit_rate": None}
+        return {"num_preemptions": num_preemptions, "prefix_hit_rate": prefix_hit_rate}
 
     def share(column: str) -> float:
         return float((weight * _col(memory, column) / capacity).sum() / total_weight)
@@ -266,5 +266,5 @@ def kv_summary(memory: pa.Table, num_preemptions: int) -> dict[str, Any]:
         "peak_used_frac": float(used.max()),
         "stored_of_used_frac": share("stored_bytes") / max(1e-300, float((weight * used).sum() / total_weight)),
         "num_preemptions": num_preemptions,
-        "prefix_hit_rate": None,  # prefix caching is not modelled yet
+        "prefix_hit_rate": prefix_hit_rate,  # None without prefix caching
     }

@@ -173,6 +173,12 @@ def batch_limits(scenario: Scenario, model_max_len_tokens: int) -> BatchLimits:
     )
 
 
+def prefix_hit_rate(replicas: list[Replica]) -> float | None:
+    """Prompt tokens the prefix cache supplied, over the prompt tokens of every first admission."""
+    looked_up = sum(r.prefix_lookup_tokens for r in replicas)
+    return sum(r.prefix_hit_tokens for r in replicas) / looked_up if looked_up else None
+
+
 def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
     """Each tenant's TTFT target: its own SLO's, else the scenario's (tenants without one are absent)."""
     targets: dict[str, float] = {}
@@ -243,6 +249,9 @@ def simulate(
                 scenario.kv.allocator,
                 math.ceil(scenario.kv.watermark_frac * resources[i].num_kv_blocks),
                 resources[i].kv_bytes_per_token,
+                scenario.kv.prefix_caching,
+                scenario.kv.prefix_block_tokens,
+                {t.name: t.shared_prefix_tokens for t in scenario.workload.tenants},
             ),
             resources[i].cost_model,
             log,
@@ -315,7 +324,11 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             scenario.slo,
             {tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         ),
-        "kv": kv_summary(memory_table, sum(r.num_preemptions for r in replicas)),
+        "kv": kv_summary(
+            memory_table,
+            sum(r.num_preemptions for r in replicas),
+            prefix_hit_rate(replicas) if scenario.kv.prefix_caching else None,
+        ),
         "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }
     _write_json_atomically(out_dir / "summary.json", summary)

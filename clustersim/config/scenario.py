@@ -375,6 +375,7 @@ class Tenant(StrictModel):
     output_tokens: LengthDistribution | None = None
     priority: int = 0
     slo: SLO | None = None
+    shared_prefix_tokens: NonNegativeInt = 0  # a system prompt every request of this tenant starts with
 
     @model_validator(mode="after")
     def _lengths_match_arrivals(self) -> Tenant:
@@ -620,6 +621,19 @@ class KVCache(StrictModel):
     reserve: Literal["max_output", "max_model_len"] = "max_output"
     max_output_tokens: PositiveInt = 2048
     max_model_len_tokens: PositiveInt | None = None
+    prefix_caching: bool = False
+    prefix_block_tokens: PositiveInt = 512
+
+    @model_validator(mode="after")
+    def _prefix_caching_needs_paged(self) -> KVCache:
+        if self.prefix_caching and self.allocator != "paged":
+            raise ValueError("prefix_caching needs allocator: paged (cached blocks are shared pages)")
+        if self.prefix_caching and self.prefix_block_tokens % self.block_size_tokens:
+            raise ValueError(
+                f"prefix_block_tokens ({self.prefix_block_tokens}) must be a multiple of block_size_tokens "
+                f"({self.block_size_tokens})"
+            )
+        return self
 
 
 class RooflineCost(StrictModel):

@@ -41,10 +41,11 @@ def prefill_tokens_of(request: Request) -> int:
     return request.prompt_tokens + request.num_emitted_tokens
 
 
-def blocks_to_admit(request: Request, limits: BatchLimits) -> int:
+def blocks_to_admit(request: Request, limits: BatchLimits, cached_tokens: int = 0) -> int:
     """KV blocks a request takes on admission (see :class:`BatchLimits` ``reservation``).
 
-    Growing policies take blocks for the whole prompt, even when it is prefilled in chunks.
+    Growing policies take blocks for the whole prompt, even when it is prefilled in chunks, less
+    the ``cached_tokens`` (whole blocks) it reuses from the prefix cache.
     """
     bs = limits.block_size_tokens
     if limits.reservation == "sequence":
@@ -53,7 +54,7 @@ def blocks_to_admit(request: Request, limits: BatchLimits) -> int:
         return blocks_for_tokens(request.prompt_tokens + limits.reserve_tokens, bs)
     if limits.reservation == "max_model_len":
         return blocks_for_tokens(limits.reserve_tokens, bs)
-    return blocks_for_tokens(prefill_tokens_of(request), bs)
+    return blocks_for_tokens(prefill_tokens_of(request), bs) - cached_tokens // bs
 
 
 def token_budget(policy: BatchingPolicy, limits: BatchLimits, num_decode_tokens: int) -> int:
@@ -71,6 +72,7 @@ def admits(
     tokens_left: int,
     num_free_blocks: int,
     first_in_step: bool,
+    cached_tokens: int = 0,
 ) -> bool:
     """Whether ``request`` fits the next step: a seat, its KV blocks, and its prompt within the token budget.
 
@@ -80,11 +82,11 @@ def admits(
     """
     if num_seats_used >= limits.max_num_seqs:
         return False
-    if blocks_to_admit(request, limits) > num_free_blocks:
+    if blocks_to_admit(request, limits, cached_tokens) > num_free_blocks:
         return False
     if policy == "chunked_prefill":
         return tokens_left > 0
-    if prefill_tokens_of(request) <= tokens_left:
+    if prefill_tokens_of(request) - cached_tokens <= tokens_left:
         return True
     return first_in_step and request.num_emitted_tokens > 0
 

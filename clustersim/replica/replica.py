@@ -41,6 +41,7 @@ from clustersim.cost.runs import run_duration_s, steps_done_by
 from clustersim.eventlog import RunLog
 from clustersim.kvcache.contiguous import ContiguousSpace
 from clustersim.kvcache.paged import BlockPool
+from clustersim.kvcache.prefix import PrefixCache, Segment
 from clustersim.replica.policies import (
     BatchingPolicy,
     BatchLimits,
@@ -69,12 +70,15 @@ class _Seat:
 
     __slots__ = (
         "alive",
+        "cached_tokens",
         "decoding",
         "done_tokens",
         "emit_base",
         "finish_index",
+        "hit_segments",
         "kv_offset",
         "order",
+        "own_segments",
         "prefill_tokens",
         "region_start",
         "request",
@@ -92,6 +96,9 @@ class _Seat:
         self.emit_base = 0
         self.finish_index = 0
         self.region_start = -1  # where its region starts in a contiguous space
+        self.cached_tokens = 0  # leading prompt tokens reused from the prefix cache (whole blocks)
+        self.hit_segments: list[Segment] = []  # the cached segments it reuses (pinned while it runs)
+        self.own_segments: list[Segment] = []  # its prompt's other segments: cached when it leaves
         self.alive = True
 
 
@@ -111,6 +118,9 @@ class ReplicaSpec:
     allocator: Literal["paged", "contiguous"] = "paged"
     watermark_blocks: int = 0
     kv_bytes_per_token: float = 0.0  # over the replica's GPUs, for the memory ledger
+    prefix_caching: bool = False
+    prefix_block_tokens: int = 512  # tokens one prefix hash id stands for (Mooncake traces: 512)
+    shared_prefix_tokens: Mapping[str, int] = field(default_factory=dict)  # tenant -> system prompt tokens
 
 
 class _InFlight:
@@ -190,6 +200,10 @@ class Replica:
         self.space = ContiguousSpace(spec.num_kv_blocks) if spec.allocator == "contiguous" else None
         self._filled_blocks = 0  # blocks the decoding sequences' tokens fill (= what they hold when paged)
         self._prefill_done_sum = 0  # prompt tokens already in the KV cache of sequences still prefilling
+        self.prefix = PrefixCache() if spec.prefix_caching else None
+        self._decoder_cached_sum = 0  # cached prefix tokens of the decoding sequences
+        self.prefix_lookup_tokens = 0  # prompt tokens of first admissions
+        self.prefix_hit_tokens = 0  # ... of which the prefix cache held
         self._prefilling: dict[int, _Seat] = {}
         self._buckets: list[dict[int, _Seat]] = [{} for _ in range(self._block_size)]
         self._finish_heap: list[tuple[int, int, _Seat]] = []
@@ -215,10 +229,34 @@ class Replica:
         """Fraction of this replica's KV blocks in use."""
         return self.pool.num_used_blocks / self.pool.num_total_blocks
 
-    def _admission_free(self) -> int:
-        """Blocks a new request may take: the free ones above the watermark (contiguous: in one hole)."""
+    def _admission_free(self, hit_segments: list[Segment] | None = None) -> int:
+        """Blocks a new request may take: the free ones above the watermark (contiguous: in one hole),
+        plus cached prefix blocks nobody uses (evicted when needed), less those it would reuse itself."""
         free = self.pool.num_free_blocks - self.spec.watermark_blocks
+        if self.prefix is not None:
+            free += self.prefix.num_evictable_blocks - self.prefix.evictable_blocks_among(hit_segments or [])
         return min(free, self.space.largest_hole) if self.space is not None else free
+
+    def _segments(self, request: Request) -> list[Segment]:
+        """The prompt's cacheable segments, in order: its prefix hash ids, or its tenant's system prompt."""
+        bs = self._block_size
+        if request.prefix_hash_ids:
+            seg_tokens = self.spec.prefix_block_tokens
+            full = request.prompt_tokens // seg_tokens
+            return [(("hash", h), seg_tokens // bs) for h in request.prefix_hash_ids[:full]]
+        shared = min(self.spec.shared_prefix_tokens.get(request.tenant, 0), request.prompt_tokens) // bs
+        return [(("system", request.tenant), shared)] if shared else []
+
+    def _prefix_hit(self, request: Request) -> tuple[list[Segment], int]:
+        """The cached leading segments a request would reuse and their tokens (one token is always left to prefill)."""
+        if self.prefix is None:
+            return [], 0
+        segments = self._segments(request)
+        hit = segments[: self.prefix.num_leading_hits(segments)]
+        cached = sum(blocks for _, blocks in hit) * self._block_size
+        while hit and cached > prefill_tokens_of(request) - 1:
+            cached -= hit.pop()[1] * self._block_size
+        return hit, cached
 
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, request: Request) -> None:
@@ -247,42 +285,61 @@ class Replica:
         self.on_final(request)
 
     def _maybe_cut_run(self, request: Request) -> None:
-        """End the current decode run at the next step boundary if ``request`` (the new head) is admitted there.
+        """End the current decode run early if ``request`` (the new head of the queue) changes what it does.
 
         Within a run nothing frees seats, tokens or blocks, so a request that cannot be admitted at
-        the next boundary cannot be admitted before the run ends either: no cut is needed.
+        the next boundary cannot be admitted before the run ends either. Two things can still happen:
+        it is admitted at the next boundary (cut there), or, with SLO-aware admission, it reaches its
+        TTFT deadline and is shed or deferred, which changes the queue later arrivals find (cut at the
+        first boundary past the deadline, where the scheduler looks again).
         """
         run = self._in_flight
         assert run is not None and run.shape is not None
         n = self._num_decode
-        tokens_left = token_budget(self._policy, self._limits, n)
-        if not admits(request, self._policy, self._limits, len(self.seats), tokens_left, 1 << 62, True):
-            return
         elapsed_s = self.env.now - run.started_at_s
         done = steps_done_by(run.shape, run.first_context, n, run.num_steps, elapsed_s)
         ends_now = done > 0 and run.duration_s(done, self.cost_model) == elapsed_s
-        new_num_steps = max(done if ends_now else done + 1, 1)
-        if new_num_steps >= run.num_steps:
+        next_boundary = max(done if ends_now else done + 1, 1)
+        if next_boundary >= run.num_steps:
             return
-        boundary_at_s = run.started_at_s + run.duration_s(new_num_steps, self.cost_model)
+        if self._admitted_at(run, request, next_boundary):
+            self._cut(run, next_boundary)
+            run.cuttable = False  # it ends at the next boundary: nothing can come earlier
+            return
+        deadline_s = self._slo_deadline_s()
+        if deadline_s is not None:
+            past = steps_done_by(run.shape, run.first_context, n, run.num_steps, deadline_s - run.started_at_s) + 1
+            if past < run.num_steps:
+                self._cut(run, max(past, next_boundary))
+
+    def _admitted_at(self, run: _InFlight, request: Request, num_steps: int) -> bool:
+        """Whether ``request`` would be admitted at the boundary after ``num_steps`` steps of ``run``."""
+        tokens_left = token_budget(self._policy, self._limits, self._num_decode)
+        hit, cached = self._prefix_hit(request)
+        if not admits(request, self._policy, self._limits, len(self.seats), tokens_left, 1 << 62, True, cached):
+            return False
+        boundary_at_s = run.started_at_s + run.duration_s(num_steps, self.cost_model)
         # shed, or deferred behind other requests: the boundary admits nothing it would not have anyway;
         # deferred with nothing else waiting, it is the head there and may be admitted
         removed_at_boundary = self._sheds_or_defers(request, boundary_at_s)
         if removed_at_boundary and (self.spec.slo_admission == "shed" or len(self.waiting) > 1 or self.deferred):
-            return
-        boundary = run.first_index + new_num_steps
-        unused_growth = self._growth(boundary, run.first_index + run.num_steps - 1)
+            return False
+        boundary = run.first_index + num_steps
+        returned = self._growth(boundary, run.first_index + run.num_steps - 1) if self._growing else 0
         grows_at_boundary = self._growing and self._policy != "vllm"  # a vllm prefill step pauses the decodes
-        returned = unused_growth if self._growing else 0
-        free = self._admission_free() + returned - (self._growth(boundary, boundary) if grows_at_boundary else 0)
-        if blocks_to_admit(request, self._limits) > free:
-            return
-        self.pool.free(returned)
+        free = self._admission_free(hit) + returned - (self._growth(boundary, boundary) if grows_at_boundary else 0)
+        return blocks_to_admit(request, self._limits, cached) <= free
+
+    def _cut(self, run: _InFlight, num_steps: int) -> None:
+        """Shorten ``run`` to ``num_steps`` steps, giving back the blocks taken for the others."""
+        boundary = run.first_index + num_steps
+        unused_growth = self._growth(boundary, run.first_index + run.num_steps - 1)
+        if self._growing:
+            self.pool.free(unused_growth)
+            self._grown_through = boundary - 1
         self._filled_blocks -= unused_growth
-        self._grown_through = boundary - 1
-        run.num_steps = new_num_steps
-        run.duration_total_s = run.duration_s(new_num_steps, self.cost_model)
-        run.cuttable = False  # it now ends at the next boundary anyway
+        run.num_steps = num_steps
+        run.duration_total_s = run.duration_s(num_steps, self.cost_model)
         self.process.interrupt()
 
     # ------------------------------------------------------------------ the loop
@@ -308,10 +365,13 @@ class Replica:
                 continue
             run.duration_total_s = run.duration_s(run.num_steps, self.cost_model)
             self._in_flight = run
-            try:
-                yield env.timeout(run.duration_total_s)
-            except simpy.Interrupt:  # an arrival shortened the run (see _maybe_cut_run)
-                yield env.timeout(run.started_at_s + run.duration_total_s - env.now)
+            delay_s = run.duration_total_s
+            while True:
+                try:
+                    yield env.timeout(delay_s)
+                    break
+                except simpy.Interrupt:  # an arrival shortened the run (see _maybe_cut_run): wait for its new end
+                    delay_s = run.started_at_s + run.duration_total_s - env.now
             self._in_flight = None
             self._end(run, run.num_steps, env.now)
 
@@ -375,10 +435,12 @@ class Replica:
     def _admit(self, tokens_left: int, chunks: list[tuple[_Seat, int]]) -> int:
         """Admit heads while the policy lets them in; append their (first) chunks. Returns tokens left."""
         first = not chunks
-        while (head := self._head()) is not None and admits(
-            head, self._policy, self._limits, len(self.seats), tokens_left, self._admission_free(), first
-        ):
-            seat = self._seat(self._pop_head())
+        while (head := self._head()) is not None:
+            hit, cached = self._prefix_hit(head)
+            free = self._admission_free(hit)
+            if not admits(head, self._policy, self._limits, len(self.seats), tokens_left, free, first, cached):
+                break
+            seat = self._seat(self._pop_head(), hit, cached)
             chunk = min(seat.prefill_tokens, tokens_left) if self._policy == "chunked_prefill" else seat.prefill_tokens
             chunks.append((seat, chunk))
             tokens_left -= chunk
@@ -420,7 +482,7 @@ class Replica:
             return None
         batch = StepBatch(
             prefill_new_tokens=tuple(c for _, c in chunks),
-            prefill_context_tokens=tuple(s.done_tokens for s, _ in chunks),
+            prefill_context_tokens=tuple(s.cached_tokens + s.done_tokens for s, _ in chunks),
             num_decode_seqs=n,
             decode_context_tokens=self._decode_kv_offset_sum + n * d if n else 0,
         )
@@ -499,6 +561,8 @@ class Replica:
         if not self._growing:  # the reserved regions already hold the new tokens
             self._filled_blocks += len(bucket)
             return 0
+        if self.prefix is not None and len(bucket) > self.pool.num_free_blocks:
+            self.pool.free(self.prefix.evict(len(bucket) - self.pool.num_free_blocks))
         if len(bucket) <= self.pool.num_free_blocks:
             self.pool.allocate(len(bucket))
             self._filled_blocks += len(bucket)
@@ -516,12 +580,24 @@ class Replica:
     def _blocks_held(self, seat: _Seat, last_index: int) -> int:
         if not self._growing or not seat.decoding:
             return seat.reserved_blocks
-        return blocks_for_tokens(seat.kv_offset + last_index, self._block_size)
+        return blocks_for_tokens(seat.kv_offset + last_index, self._block_size) - seat.cached_tokens // self._block_size
 
     # ------------------------------------------------------------------ lifecycle
-    def _seat(self, request: Request) -> _Seat:
-        """Give an admitted request a seat and its KV blocks; its prompt is prefilled from the next step."""
-        num_blocks = blocks_to_admit(request, self._limits)
+    def _seat(self, request: Request, hit: list[Segment] | None = None, cached: int = 0) -> _Seat:
+        """Give an admitted request a seat and its KV blocks; its prompt is prefilled from the next step.
+
+        With prefix caching it pins the ``hit`` segments (``cached`` tokens it will not recompute) and
+        evicts unused cached segments if the free blocks alone do not cover its own.
+        """
+        num_blocks = blocks_to_admit(request, self._limits, cached)
+        if self.prefix is not None:
+            self.prefix.acquire(hit or [])
+            if num_blocks > self.pool.num_free_blocks:
+                self.pool.free(self.prefix.evict(num_blocks - self.pool.num_free_blocks))
+            if request.num_emitted_tokens == 0 and request.first_scheduled_at_s != request.first_scheduled_at_s:
+                self.prefix_lookup_tokens += request.prompt_tokens
+                self.prefix_hit_tokens += cached
+                request.num_cached_prompt_tokens = cached
         self.pool.allocate(num_blocks)
         region_start = -1
         if self.space is not None:
@@ -530,8 +606,12 @@ class Replica:
             region_start = placed
         if request.first_scheduled_at_s != request.first_scheduled_at_s:  # NaN: first time
             request.first_scheduled_at_s = self.env.now
-        seat = _Seat(request, self._num_admitted, prefill_tokens_of(request), num_blocks)
+        seat = _Seat(request, self._num_admitted, prefill_tokens_of(request) - cached, num_blocks)
         seat.region_start = region_start
+        seat.cached_tokens = cached
+        if self.prefix is not None:
+            seat.hit_segments = list(hit or [])
+            seat.own_segments = self._segments(request)[len(seat.hit_segments) :]
         self._num_admitted += 1
         self.seats[request.request_id] = seat
         self._prefilling[request.request_id] = seat
@@ -543,14 +623,16 @@ class Replica:
         emitted = request.num_emitted_tokens
         del self._prefilling[request.request_id]
         seat.decoding = True
-        seat.kv_offset = seat.prefill_tokens - d
+        kv_tokens = seat.cached_tokens + seat.prefill_tokens
+        seat.kv_offset = kv_tokens - d
         seat.emit_base = emitted + 1 - d
         seat.finish_index = d + request.output_tokens - emitted - 1
         heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
         self._num_decode += 1
         self._decode_kv_offset_sum += seat.kv_offset
         self._prefill_done_sum -= seat.prefill_tokens
-        self._filled_blocks += blocks_for_tokens(seat.prefill_tokens, self._block_size)
+        self._decoder_cached_sum += seat.cached_tokens
+        self._filled_blocks += blocks_for_tokens(kv_tokens, self._block_size) - seat.cached_tokens // self._block_size
         self._buckets[seat.kv_offset % self._block_size][request.request_id] = seat
 
     def _vacate(self, seat: _Seat, last_index: int) -> Request:
@@ -558,13 +640,29 @@ class Replica:
         seat.alive = False
         request_id = seat.request.request_id
         del self.seats[request_id]
-        self.pool.free(self._blocks_held(seat, last_index))
+        held = self._blocks_held(seat, last_index)
+        kept = 0
+        if self.prefix is not None:  # its computed prompt segments stay cached; what it reused is unpinned
+            computed = seat.cached_tokens + (seat.prefill_tokens if seat.decoding else seat.done_tokens)
+            end = seat.cached_tokens
+            for key, blocks in seat.own_segments:
+                end += blocks * self._block_size
+                if end > computed:
+                    break
+                if self.prefix.insert(key, blocks):
+                    kept += blocks
+            self.prefix.release(seat.hit_segments)
+        self.pool.free(held - kept)
         if self.space is not None:
             self.space.free(seat.region_start, seat.reserved_blocks)
         if seat.decoding:
             self._num_decode -= 1
             self._decode_kv_offset_sum -= seat.kv_offset
-            self._filled_blocks -= blocks_for_tokens(seat.kv_offset + last_index, self._block_size)
+            self._decoder_cached_sum -= seat.cached_tokens
+            self._filled_blocks -= (
+                blocks_for_tokens(seat.kv_offset + last_index, self._block_size)
+                - seat.cached_tokens // self._block_size
+            )
             del self._buckets[seat.kv_offset % self._block_size][request_id]
         else:
             self._prefill_done_sum -= seat.done_tokens
@@ -630,10 +728,17 @@ class Replica:
         prefixes (none yet); free headroom.
         """
         bs = self._block_size
-        stored = self._decode_kv_offset_sum + self._num_decode * last_index + self._prefill_done_sum
+        stored = (
+            self._decode_kv_offset_sum
+            + self._num_decode * last_index
+            - self._decoder_cached_sum
+            + self._prefill_done_sum
+        )
         filled = self._filled_blocks + sum(blocks_for_tokens(s.done_tokens, bs) for s in self._prefilling.values())
-        used, total = self.pool.num_used_blocks, self.pool.num_total_blocks
-        free = (total - used) * bs
+        cached = self.prefix.num_blocks if self.prefix is not None else 0
+        total = self.pool.num_total_blocks
+        used = self.pool.num_used_blocks - cached  # the sequences' own blocks
+        free = (total - used - cached) * bs
         external = 0
         head = self._head()
         if self.space is not None and head is not None:
@@ -650,7 +755,7 @@ class Replica:
             (filled * bs - stored) * b,
             (used - filled) * bs * b,
             external * b,
-            0.0,
+            cached * bs * b,
             (free - external) * b,
         )
 
@@ -694,4 +799,5 @@ class Replica:
 
     def kv_blocks_of_running(self) -> int:
         """Blocks the seated sequences hold now (for the end-of-run conservation check)."""
-        return sum(self._blocks_held(seat, self._grown_through) for seat in self.seats.values())
+        cached = self.prefix.num_blocks if self.prefix is not None else 0
+        return cached + sum(self._blocks_held(seat, self._grown_through) for seat in self.seats.values())

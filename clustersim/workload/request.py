@@ -24,6 +24,7 @@ class Request:
         "finished_at_s",
         "first_scheduled_at_s",
         "first_token_at_s",
+        "num_cached_prompt_tokens",
         "num_emitted_tokens",
         "num_preemptions",
         "output_tokens",
@@ -63,6 +64,7 @@ class Request:
         self.reject_reason = ""
         self.num_preemptions = 0
         self.num_emitted_tokens = 0
+        self.num_cached_prompt_tokens = 0  # prompt tokens its first admission found in the prefix cache
 
     def __repr__(self) -> str:
         return (
