@@ -77,10 +77,23 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "cost": draw(st.sampled_from([{"kind": "unit", "step_time_s": 1.0}, {"kind": "roofline"}])),
         "stop": {"horizon_s": horizon} if horizon else {},
         "slo": {"ttft_s": draw(st.floats(0.5, 20))},
+        "_prefix": draw(st.sampled_from([0, 0, 8, 64])),
     }
 
 
+def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
+    """Turn the drawn ``_prefix`` into a shared system prompt with prefix caching (paged blocks only)."""
+    raw = {**raw}
+    shared = raw.pop("_prefix", 0)
+    if shared and raw["kv"]["allocator"] == "paged":
+        raw["kv"] = {**raw["kv"], "prefix_caching": True, "prefix_block_tokens": raw["kv"]["block_size_tokens"]}
+        tenant = {**raw["workload"]["tenants"][0], "shared_prefix_tokens": shared}
+        raw["workload"] = {"tenants": [tenant]}
+    return raw
+
+
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
+    raw = with_prefix_caching(raw)
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 
@@ -207,47 +220,51 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
     },
 ).via("discovered failure")
 @example(
-    raw={'name': 'prop',
-     'seed': 0,
-     'workload': {'tenants': [{'name': 't',
-        'arrival': {'kind': 'explicit',
-         'requests': [{'arrival_at_s': 0.0,
-           'prompt_tokens': 1,
-           'output_tokens': 1},
-          {'arrival_at_s': 0.0, 'prompt_tokens': 1, 'output_tokens': 1},
-          {'arrival_at_s': 0.0, 'prompt_tokens': 1, 'output_tokens': 1},
-          {'arrival_at_s': 0.0, 'prompt_tokens': 1, 'output_tokens': 56},
-          {'arrival_at_s': 3.7922996929181116,
-           'prompt_tokens': 287,
-           'output_tokens': 10},
-          {'arrival_at_s': 14.125599606245109,
-           'prompt_tokens': 297,
-           'output_tokens': 53},
-          {'arrival_at_s': 20.456148943268786,
-           'prompt_tokens': 164,
-           'output_tokens': 1},
-          {'arrival_at_s': 25.670340473408718,
-           'prompt_tokens': 53,
-           'output_tokens': 24}]}}]},
-     'cluster': {'num_replicas': 1,
-      'hardware': 'H100-SXM',
-      'model': 'Llama-3.1-8B'},
-     'scheduler': {'policy': 'vllm',
-      'max_num_seqs': 8,
-      'max_num_batched_tokens': 1000,
-      'ordering': {'kind': 'fcfs'},
-      'slo_admission': 'defer'},
-     'kv': {'block_size_tokens': 4,
-      'num_blocks': 120,
-      'allocator': 'paged',
-      'reserve': 'max_output',
-      'max_output_tokens': 1,
-      'max_model_len_tokens': 50,
-      'watermark_frac': 0.0},
-     'cost': {'kind': 'unit', 'step_time_s': 1.0},
-     'stop': {},
-     'slo': {'ttft_s': 4.5}},
-).via('discovered failure')
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 56},
+                            {"arrival_at_s": 3.7922996929181116, "prompt_tokens": 287, "output_tokens": 10},
+                            {"arrival_at_s": 14.125599606245109, "prompt_tokens": 297, "output_tokens": 53},
+                            {"arrival_at_s": 20.456148943268786, "prompt_tokens": 164, "output_tokens": 1},
+                            {"arrival_at_s": 25.670340473408718, "prompt_tokens": 53, "output_tokens": 24},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "vllm",
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": 1000,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "defer",
+        },
+        "kv": {
+            "block_size_tokens": 4,
+            "num_blocks": 120,
+            "allocator": "paged",
+            "reserve": "max_output",
+            "max_output_tokens": 1,
+            "max_model_len_tokens": 50,
+            "watermark_frac": 0.0,
+        },
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {},
+        "slo": {"ttft_s": 4.5},
+    },
+).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = run(raw, Path(tmp), True)

@@ -27,7 +27,11 @@ def test_hits_pinning_and_lru_eviction():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["insert", "acquire", "release", "evict"]), st.integers(0, 5), st.integers(1, 4))))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["insert", "acquire", "release", "evict"]), st.integers(0, 5), st.integers(1, 4))
+    )
+)
 def test_block_counts_stay_consistent(ops):
     cache = PrefixCache()
     pinned: list[str] = []

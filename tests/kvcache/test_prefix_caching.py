@@ -1,0 +1,66 @@
+"""Prefix caching in the replica: reuse skips prefill, cached blocks are accounted, LRU eviction frees room."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import explicit_scenario, read_requests, read_steps
+
+KV_BYTES_PER_TOKEN = 131_072
+
+
+def with_tenants(requests_a, requests_b=(), shared_a=32, **overrides):
+    raw = explicit_scenario(list(requests_a), **overrides)
+    tenant_a = {**raw["workload"]["tenants"][0], "name": "a", "shared_prefix_tokens": shared_a}
+    tenants = [tenant_a]
+    if requests_b:
+        tenants.append(
+            {
+                "name": "b",
+                "arrival": {
+                    "kind": "explicit",
+                    "requests": [{"arrival_at_s": t, "prompt_tokens": p, "output_tokens": o} for t, p, o in requests_b],
+                },
+            }
+        )
+    raw["workload"] = {"tenants": tenants}
+    return raw
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_shared_system_prompt_is_prefilled_once(run_mapping, fast_forward):
+    raw = with_tenants(
+        [(0.0, 40, 2), (5.0, 40, 2)],
+        kv={"block_size_tokens": 16, "num_blocks": 100, "prefix_caching": True},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    rows = read_requests(result)
+    assert [r["num_cached_prompt_tokens"] for r in rows] == [0, 32]
+    # the second request prefills only the 8 tokens after the cached 32-token system prompt
+    assert [s["num_prefill_tokens"] for s in read_steps(result) if s["num_prefill_tokens"]] == [40, 8]
+    assert result.summary["kv"]["prefix_hit_rate"] == pytest.approx(32 / 80)
+    ledger = pq.read_table(result.out_dir / "memory.parquet").to_pylist()
+    second_prefill = next(r for r in ledger if r["started_at_s"] == 5.0)
+    assert second_prefill["cached_prefix_bytes"] / KV_BYTES_PER_TOKEN == 32  # two cached blocks
+    assert second_prefill["stored_bytes"] / KV_BYTES_PER_TOKEN == 8  # its own tokens
+    assert second_prefill["internal_frag_bytes"] / KV_BYTES_PER_TOKEN == 8  # its own block holds 8 of 16
+
+
+def test_unused_cached_blocks_are_evicted_to_admit_a_request(run_mapping):
+    # 4 blocks: after request 0 the cache holds its 2-block system prompt; request 1 (tenant b) needs all 4
+    raw = with_tenants(
+        [(0.0, 40, 2)],
+        [(5.0, 60, 2)],
+        kv={"block_size_tokens": 16, "num_blocks": 4, "prefix_caching": True},
+    )
+    result = run_mapping(raw)
+    rows = read_requests(result)
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert rows[1]["first_scheduled_at_s"] == 5.0  # admitted at once, by evicting the cached prefix
+    assert result.summary["replicas"]["num_preemptions"] == 0
+
+
+def test_prefix_caching_needs_paged_blocks(run_mapping):
+    with pytest.raises(Exception, match="prefix_caching needs allocator: paged"):
+        run_mapping(with_tenants([(0.0, 40, 2)], kv={"allocator": "contiguous", "prefix_caching": True}))
