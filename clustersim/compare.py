@@ -36,6 +36,7 @@ COLUMNS = (
     ("KV stored %", "kv.stored_frac", 100.0),
     ("KV waste %", "kv.waste_frac", 100.0),
     ("KV stored of used %", "kv.stored_of_used_frac", 100.0),
+    ("prefix hit %", "kv.prefix_hit_rate", 100.0),
 )
 
 
