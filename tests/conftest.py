@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import settings
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.sim import RunResult, run_scenario
+
+# CI draws the same examples every run (a failure there is a regression, never a new random find);
+# locally, each run draws new random examples and keeps failures in .hypothesis/ to replay.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = REPO / "scenarios"
