@@ -5,6 +5,7 @@
 ``timeline.png``       per replica over time: batch size, queue length, KV used fraction
 ``requests_gantt.png`` one bar per request (queue vs service); only for <= 60 requests
 ``throughput.png``     output tokens per second over time, cluster and per replica
+``kv_memory.png``      the KV ledger over time: stored, cached, fragmented, reserved shares
 =====================  ===================================================================
 """
 
@@ -17,6 +18,7 @@ from matplotlib.figure import Figure
 
 from analysis.gantt import MAX_GANTT_REQUESTS, plot_requests_gantt
 from analysis.latency import plot_latency_cdf
+from analysis.memory import plot_kv_memory
 from analysis.rundata import RunData, load_run
 from analysis.style import save, theme
 from analysis.throughput import plot_throughput
@@ -32,6 +34,8 @@ def figures_for(run: RunData) -> dict[str, PlotFunction]:
         "timeline.png": plot_timeline,
         "throughput.png": plot_throughput,
     }
+    if run.memory is not None:
+        plots["kv_memory.png"] = plot_kv_memory
     if len(run.requests) <= MAX_GANTT_REQUESTS:
         plots["requests_gantt.png"] = plot_requests_gantt
     return plots

@@ -43,6 +43,18 @@ STEP_COLUMNS = (
     "kv_total_blocks",
     "num_waiting",
 )
+MEMORY_COLUMNS = (
+    "replica",
+    "started_at_s",
+    "duration_s",
+    "capacity_bytes",
+    "stored_bytes",
+    "internal_frag_bytes",
+    "reserved_unused_bytes",
+    "external_frag_bytes",
+    "cached_prefix_bytes",
+    "free_bytes",
+)
 SCENARIO_METADATA_KEY = b"clustersim.scenario"
 
 
@@ -71,6 +83,7 @@ class RunData:
             total length is ``duration_s`` (columns of ``steps.parquet``).
         summary: ``summary.json`` as a dict (empty when the file is absent).
         scenario: The resolved scenario from the Parquet metadata (empty when absent).
+        memory: The KV ledger (``memory.parquet``), or None for runs written before it existed.
     """
 
     run_dir: Path
@@ -78,6 +91,7 @@ class RunData:
     steps: pd.DataFrame
     summary: dict[str, Any]
     scenario: dict[str, Any]
+    memory: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -164,6 +178,9 @@ def load_run(run_dir: Path) -> RunData:
         steps=steps.sort_values(["replica", "started_at_s"], kind="stable").reset_index(drop=True),
         summary=_read_summary(run_dir / "summary.json"),
         scenario=scenario,
+        memory=_read_table(run_dir / "memory.parquet", MEMORY_COLUMNS)[0]
+        if (run_dir / "memory.parquet").is_file()
+        else None,
     )
 
 
