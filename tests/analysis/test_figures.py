@@ -14,8 +14,8 @@ from PIL import Image
 
 from analysis.__main__ import main
 from analysis.figures import write_figures
-from analysis.memory import CATEGORIES, ledger_shares
 from analysis.gantt import MAX_GANTT_REQUESTS
+from analysis.memory import CATEGORIES, ledger_shares
 from analysis.rundata import load_run
 from analysis.throughput import tokens_per_s
 from analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
