@@ -239,7 +239,9 @@ LEDGER_CATEGORIES = (
 )
 
 
-def kv_summary(memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | None = None) -> dict[str, Any]:
+def kv_summary(
+    memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | None = None, num_swaps: int = 0
+) -> dict[str, Any]:
     """Time-weighted shares of KV capacity per ledger category (over the time replicas were stepping).
 
     ``waste_frac`` is internal fragmentation + reserved but unused + external fragmentation;
@@ -249,7 +251,7 @@ def kv_summary(memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | 
     capacity = _col(memory, "capacity_bytes").astype(np.float64)
     total_weight = float(weight.sum())
     if memory.num_rows == 0 or total_weight <= 0:
-        return {"num_preemptions": num_preemptions, "prefix_hit_rate": prefix_hit_rate}
+        return {"num_preemptions": num_preemptions, "num_swaps": num_swaps, "prefix_hit_rate": prefix_hit_rate}
 
     def share(column: str) -> float:
         return float((weight * _col(memory, column) / capacity).sum() / total_weight)
@@ -266,5 +268,6 @@ def kv_summary(memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | 
         "peak_used_frac": float(used.max()),
         "stored_of_used_frac": share("stored_bytes") / max(1e-300, float((weight * used).sum() / total_weight)),
         "num_preemptions": num_preemptions,
+        "num_swaps": num_swaps,
         "prefix_hit_rate": prefix_hit_rate,  # None without prefix caching
     }

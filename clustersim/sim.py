@@ -71,6 +71,12 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
             "scheduler.slo_admission",
             f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
         )
+    if scenario.kv.prefix_caching and scenario.scheduler.policy == "static":
+        raise ConfigError(
+            source,
+            "kv.prefix_caching",
+            "needs an iteration-level policy (continuous, vllm or chunked_prefill): static reserves whole sequences",
+        )
     resources: list[ReplicaResources] = []
     for group in scenario.cluster.resolved_groups():
         resources.extend([resolve_group(scenario, group, source, catalogue)] * group.count)
@@ -128,6 +134,10 @@ def resolve_group(scenario: Scenario, group: ResolvedGroup, source: str, catalog
         )
     if scenario.kv.num_blocks is not None:
         num_blocks = scenario.kv.num_blocks
+    if scenario.kv.preemption == "swap" and not gpu.pcie_bandwidth_bytes_per_s:
+        raise ConfigError(
+            source, "kv.preemption", f"swap needs a PCIe bandwidth, which the {gpu.name} profile does not give"
+        )
     costs, _ = default_registries()
     cost_model = costs.get(scenario.cost.kind)(scenario.cost, model, gpu, tp)
     if isinstance(cost_model, RooflineCostModel) and pp > 1:
@@ -252,6 +262,9 @@ def simulate(
                 scenario.kv.prefix_caching,
                 scenario.kv.prefix_block_tokens,
                 {t.name: t.shared_prefix_tokens for t in scenario.workload.tenants},
+                scenario.kv.preemption,
+                int(scenario.kv.host_swap_bytes // (resources[i].kv_bytes_per_token * scenario.kv.block_size_tokens)),
+                resources[i].gpu.pcie_bandwidth_bytes_per_s or 0.0,
             ),
             resources[i].cost_model,
             log,
@@ -328,6 +341,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             memory_table,
             sum(r.num_preemptions for r in replicas),
             prefix_hit_rate(replicas) if scenario.kv.prefix_caching else None,
+            sum(r.num_swaps for r in replicas),
         ),
         "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }

@@ -73,6 +73,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "max_output_tokens": draw(st.integers(1, 80)),
             "max_model_len_tokens": draw(st.integers(50, 400)),
             "watermark_frac": draw(st.sampled_from([0.0, 0.0, 0.1, 0.3])),
+            "preemption": draw(st.sampled_from(["recompute", "swap"])),
+            "host_swap_bytes": draw(st.sampled_from([0, 2**20, 2**30])),
         },
         "cost": draw(st.sampled_from([{"kind": "unit", "step_time_s": 1.0}, {"kind": "roofline"}])),
         "stop": {"horizon_s": horizon} if horizon else {},
@@ -85,7 +87,7 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
     """Turn the drawn ``_prefix`` into a shared system prompt with prefix caching (paged blocks only)."""
     raw = {**raw}
     shared = raw.pop("_prefix", 0)
-    if shared and raw["kv"]["allocator"] == "paged":
+    if shared and raw["kv"]["allocator"] == "paged" and raw["scheduler"]["policy"] != "static":
         raw["kv"] = {**raw["kv"], "prefix_caching": True, "prefix_block_tokens": raw["kv"]["block_size_tokens"]}
         tenant = {**raw["workload"]["tenants"][0], "shared_prefix_tokens": shared}
         raw["workload"] = {"tenants": [tenant]}
@@ -263,6 +265,68 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
         "cost": {"kind": "unit", "step_time_s": 1.0},
         "stop": {},
         "slo": {"ttft_s": 4.5},
+    },
+).via("discovered failure")
+@example(
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 2.225073858507e-311, "prompt_tokens": 179, "output_tokens": 1},
+                            {"arrival_at_s": 6.119458030139869e-205, "prompt_tokens": 20, "output_tokens": 23},
+                            {"arrival_at_s": 2.3008945305060355e-34, "prompt_tokens": 23, "output_tokens": 38},
+                            {"arrival_at_s": 1.3883218012444856, "prompt_tokens": 213, "output_tokens": 7},
+                            {"arrival_at_s": 3.7051726650436287, "prompt_tokens": 272, "output_tokens": 40},
+                            {"arrival_at_s": 3.8060534696352275, "prompt_tokens": 120, "output_tokens": 46},
+                            {"arrival_at_s": 3.812894722080052, "prompt_tokens": 165, "output_tokens": 39},
+                            {"arrival_at_s": 8.774252714573995, "prompt_tokens": 36, "output_tokens": 27},
+                            {"arrival_at_s": 10.461665901958197, "prompt_tokens": 168, "output_tokens": 33},
+                            {"arrival_at_s": 14.740528237899888, "prompt_tokens": 91, "output_tokens": 35},
+                            {"arrival_at_s": 26.39103397671552, "prompt_tokens": 231, "output_tokens": 49},
+                            {"arrival_at_s": 29.73791684582516, "prompt_tokens": 265, "output_tokens": 25},
+                            {"arrival_at_s": 29.999999999999996, "prompt_tokens": 4, "output_tokens": 30},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "static",
+            "max_num_seqs": 1,
+            "max_num_batched_tokens": 485,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "off",
+            "batch_wait_s": 0.0,
+        },
+        "kv": {
+            "block_size_tokens": 4,
+            "num_blocks": 66,
+            "allocator": "paged",
+            "reserve": "max_output",
+            "max_output_tokens": 1,
+            "max_model_len_tokens": 50,
+            "watermark_frac": 0.0,
+            "preemption": "recompute",
+            "host_swap_bytes": 0,
+        },
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {},
+        "slo": {"ttft_s": 19.91486703043748},
+        "_prefix": 64,
     },
 ).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:

@@ -605,6 +605,10 @@ class KVCache(StrictModel):
     """The KV cache: how it is allocated and how much of the GPU it gets.
 
     ``allocator: paged`` (vLLM): fixed blocks of ``block_size_tokens`` taken as sequences grow.
+    ``preemption``: when a growing sequence finds no free block, the most recently admitted one is
+    ``recompute``d (its blocks freed, its prompt and output prefilled again later) or ``swap``ped: its
+    blocks copied to host memory over PCIe (at most ``host_swap_bytes`` per replica; beyond that it
+    is recomputed) and back before any new request is admitted (vLLM's V0 policy).
     ``contiguous`` (FasterTransformer, Orca): each request reserves one region on admission, for its
     prompt plus ``max_output_tokens`` (``reserve: max_output``) or for the model's maximum length
     (``reserve: max_model_len``, or ``max_model_len_tokens`` if set), placed first-fit in a linear
@@ -623,6 +627,8 @@ class KVCache(StrictModel):
     max_model_len_tokens: PositiveInt | None = None
     prefix_caching: bool = False
     prefix_block_tokens: PositiveInt = 512
+    preemption: Literal["recompute", "swap"] = "recompute"
+    host_swap_bytes: NonNegativeFloat = 4 * 2**30
 
     @model_validator(mode="after")
     def _prefix_caching_needs_paged(self) -> KVCache:

@@ -121,6 +121,9 @@ class ReplicaSpec:
     prefix_caching: bool = False
     prefix_block_tokens: int = 512  # tokens one prefix hash id stands for (Mooncake traces: 512)
     shared_prefix_tokens: Mapping[str, int] = field(default_factory=dict)  # tenant -> system prompt tokens
+    preemption: Literal["recompute", "swap"] = "recompute"
+    host_swap_blocks: int = 0  # blocks of host memory a swapped-out sequence may use
+    pcie_bandwidth_bytes_per_s: float = 0.0  # prices swap traffic
 
 
 class _InFlight:
@@ -132,6 +135,7 @@ class _InFlight:
         "chunks",
         "cuttable",
         "duration_total_s",
+        "extra_s",
         "first_context",
         "first_index",
         "num_preempted",
@@ -162,12 +166,14 @@ class _InFlight:
         self.cuttable = False  # an admissible arrival may end the run early
         self.first_context = batch.decode_context_tokens
         self.duration_total_s = 0.0
+        self.extra_s = 0.0  # swap transfers of this (single) step
 
     def duration_s(self, num_steps: int, cost_model: CostModel) -> float:
         """Duration of the first ``num_steps`` steps: closed form for decode runs, else the cost model."""
+        extra_s = self.extra_s if num_steps > 0 else 0.0
         if self.shape is not None:
-            return run_duration_s(self.shape, self.first_context, self.batch.num_decode_seqs, num_steps)
-        return cost_model.step_duration_s(self.batch) if num_steps == 1 else 0.0
+            return run_duration_s(self.shape, self.first_context, self.batch.num_decode_seqs, num_steps) + extra_s
+        return cost_model.step_duration_s(self.batch) + extra_s if num_steps == 1 else 0.0
 
 
 class Replica:
@@ -201,6 +207,10 @@ class Replica:
         self._filled_blocks = 0  # blocks the decoding sequences' tokens fill (= what they hold when paged)
         self._prefill_done_sum = 0  # prompt tokens already in the KV cache of sequences still prefilling
         self.prefix = PrefixCache() if spec.prefix_caching else None
+        self.swapped: deque[tuple[Request, int, int]] = deque()  # (request, KV tokens, host blocks), oldest first
+        self._host_used_blocks = 0
+        self._swap_blocks_this_step = 0  # blocks copied over PCIe (out or in) by the step being planned
+        self.num_swaps = 0
         self._decoder_cached_sum = 0  # cached prefix tokens of the decoding sequences
         self.prefix_lookup_tokens = 0  # prompt tokens of first admissions
         self.prefix_hit_tokens = 0  # ... of which the prefix cache held
@@ -222,7 +232,7 @@ class Replica:
     @property
     def num_outstanding(self) -> int:
         """Requests queued or holding a seat here."""
-        return len(self.waiting) + len(self.deferred) + len(self.seats)
+        return len(self.waiting) + len(self.deferred) + len(self.seats) + len(self.swapped)
 
     @property
     def kv_used_frac(self) -> float:
@@ -314,6 +324,8 @@ class Replica:
 
     def _admitted_at(self, run: _InFlight, request: Request, num_steps: int) -> bool:
         """Whether ``request`` would be admitted at the boundary after ``num_steps`` steps of ``run``."""
+        if self.swapped:
+            return False
         tokens_left = token_budget(self._policy, self._limits, self._num_decode)
         hit, cached = self._prefix_hit(request)
         if not admits(request, self._policy, self._limits, len(self.seats), tokens_left, 1 << 62, True, cached):
@@ -355,7 +367,7 @@ class Replica:
             self._apply_slo_admission()
             run = self._plan()
             if run is None:
-                if len(self.waiting) or self.deferred:
+                if len(self.waiting) or self.deferred or self.swapped:
                     raise ReplicaStalledError(
                         f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests "
                         "it cannot admit"
@@ -433,7 +445,12 @@ class Replica:
         return self.waiting.pop() if len(self.waiting) else self.deferred.popleft()
 
     def _admit(self, tokens_left: int, chunks: list[tuple[_Seat, int]]) -> int:
-        """Admit heads while the policy lets them in; append their (first) chunks. Returns tokens left."""
+        """Admit heads while the policy lets them in; append their (first) chunks. Returns tokens left.
+
+        Nothing new is admitted while swapped-out sequences wait to come back (vLLM's V0 policy).
+        """
+        if self.swapped:
+            return tokens_left
         first = not chunks
         while (head := self._head()) is not None:
             hit, cached = self._prefix_hit(head)
@@ -461,11 +478,15 @@ class Replica:
                 self._grow_blocks(d)  # counts the blocks the new tokens fill (reserved: nothing to allocate)
         elif self._policy == "vllm":
             self._admit(self._limits.max_num_batched_tokens, chunks)
-            decodes = decodes and not chunks
-            if decodes:
-                num_preempted = self._grow_blocks(d)
+            if not chunks:
+                num_preempted = self._grow_blocks(d) if decodes else 0
+                self._swap_in(d)
+                decodes = self._num_decode > 0
+            else:
+                decodes = False
         else:
             num_preempted = self._grow_blocks(d)
+            self._swap_in(d)
             n = self._num_decode
             decodes = n > 0
             tokens_left = self._limits.max_num_batched_tokens - n
@@ -487,17 +508,23 @@ class Replica:
             decode_context_tokens=self._decode_kv_offset_sum + n * d if n else 0,
         )
         advances = decodes or self._policy != "vllm"
+        swapped_blocks, self._swap_blocks_this_step = self._swap_blocks_this_step, 0
         if chunks:
-            return _InFlight(self.env.now, d, 1, batch, chunks, num_preempted, None, advances)
-        return self._plan_decode_run(d, batch, num_preempted)
+            run = _InFlight(self.env.now, d, 1, batch, chunks, num_preempted, None, advances)
+        else:
+            run = self._plan_decode_run(d, batch, num_preempted, single=swapped_blocks > 0)
+        if swapped_blocks:  # the copies over PCIe are part of this step
+            block_bytes = self.spec.kv_bytes_per_token * self._block_size
+            run.extra_s = swapped_blocks * block_bytes / self.spec.pcie_bandwidth_bytes_per_s
+        return run
 
-    def _plan_decode_run(self, d: int, batch: StepBatch, num_preempted: int) -> _InFlight:
+    def _plan_decode_run(self, d: int, batch: StepBatch, num_preempted: int, single: bool = False) -> _InFlight:
         n = batch.num_decode_seqs
         shape = self._shapes.get(n)
         if shape is None:
             shape = self._shapes[n] = self.cost_model.decode_step_shape(n)
         num_steps = 1
-        if self.spec.fast_forward:
+        if self.spec.fast_forward and not single:
             num_steps = self._finish_heap_min() - d + 1
             if self._growing:
                 num_steps = 1 + self._affordable_steps(d + 1, num_steps - 1)
@@ -669,8 +696,50 @@ class Replica:
             del self._prefilling[request_id]
         return seat.request
 
+    def _swap_in(self, d: int) -> None:
+        """Bring swapped-out sequences back, oldest first, while seats and blocks allow; they decode at step ``d``."""
+        while self.swapped and len(self.seats) < self._limits.max_num_seqs:
+            request, kv_tokens, host_blocks = self.swapped[0]
+            need = blocks_for_tokens(kv_tokens + 1, self._block_size)  # with room for this step's token
+            free = self.pool.num_free_blocks - (self.spec.watermark_blocks if self.seats else 0)
+            if need > free:
+                break
+            self.swapped.popleft()
+            self._grown_through = d  # it comes back with its block for step d
+            self._host_used_blocks -= host_blocks
+            self._swap_blocks_this_step += host_blocks
+            self.pool.allocate(need)
+            emitted = request.num_emitted_tokens
+            seat = _Seat(request, self._num_admitted, kv_tokens, need)
+            self._num_admitted += 1
+            self.seats[request.request_id] = seat
+            seat.decoding = True
+            seat.done_tokens = kv_tokens
+            seat.kv_offset = kv_tokens + 1 - d
+            seat.emit_base = emitted + 1 - d
+            seat.finish_index = d + request.output_tokens - emitted - 1
+            heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
+            self._num_decode += 1
+            self._decode_kv_offset_sum += seat.kv_offset
+            self._filled_blocks += need
+            self._buckets[seat.kv_offset % self._block_size][request.request_id] = seat
+
     def _preempt(self, seat: _Seat, d: int) -> None:
-        """Recompute preemption before decode step ``d``: free the seat and requeue the request at the head."""
+        """Preempt before decode step ``d``: swap the sequence out if allowed and host memory has room,
+        else recompute it (free the seat, requeue the request at the head)."""
+        if self.spec.preemption == "swap" and seat.decoding and self.prefix is None:
+            blocks = self._blocks_held(seat, d - 1)
+            if self._host_used_blocks + blocks <= self.spec.host_swap_blocks:
+                kv_tokens = seat.kv_offset + d - 1
+                request = self._vacate(seat, d - 1)
+                request.num_emitted_tokens = seat.emit_base + d - 1
+                request.num_preemptions += 1
+                self.num_preemptions += 1
+                self.num_swaps += 1
+                self._host_used_blocks += blocks
+                self._swap_blocks_this_step += blocks
+                self.swapped.append((request, kv_tokens, blocks))
+                return
         request = self._vacate(seat, d - 1)
         if seat.decoding:
             request.num_emitted_tokens = seat.emit_base + d - 1
@@ -795,7 +864,8 @@ class Replica:
         for seat in self.seats.values():
             if seat.decoding:
                 seat.request.num_emitted_tokens = seat.emit_base + done_index
-        return [*(s.request for s in self.seats.values()), *self.waiting, *self.deferred]  # type: ignore[misc]
+        swapped = [request for request, _, _ in self.swapped]
+        return [*(s.request for s in self.seats.values()), *swapped, *self.waiting, *self.deferred]  # type: ignore[misc]
 
     def kv_blocks_of_running(self) -> int:
         """Blocks the seated sequences hold now (for the end-of-run conservation check)."""

@@ -194,7 +194,6 @@ def test_main_writes_figures_and_prints_paths(
 
 def test_kv_ledger_shares_match_the_summary(tmp_path: Path) -> None:
 
-
     out_dir = tmp_path / "kv"
     run_scenario(
         load_scenario(SCENARIOS / "kv-contiguous.yaml", ["stop.max_requests=300"]),

@@ -64,3 +64,8 @@ def test_unused_cached_blocks_are_evicted_to_admit_a_request(run_mapping):
 def test_prefix_caching_needs_paged_blocks(run_mapping):
     with pytest.raises(Exception, match="prefix_caching needs allocator: paged"):
         run_mapping(with_tenants([(0.0, 40, 2)], kv={"allocator": "contiguous", "prefix_caching": True}))
+
+
+def test_prefix_caching_needs_an_iteration_level_policy(run_mapping):
+    with pytest.raises(Exception, match=r"kv\.prefix_caching: needs an iteration-level policy"):
+        run_mapping(with_tenants([(0.0, 40, 2)], policy="static", kv={"prefix_caching": True}))

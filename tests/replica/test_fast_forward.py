@@ -71,6 +71,8 @@ SCENARIOS = {
         kv__allocator="contiguous", kv__reserve="max_model_len", kv__max_model_len_tokens=8192, kv__num_blocks=9000
     ),
     "watermark": variant(kv__num_blocks=900, kv__watermark_frac=0.05),
+    "swap": variant(kv__num_blocks=900, kv__preemption="swap"),
+    "swap-vllm": variant(kv__num_blocks=900, kv__preemption="swap", scheduler__policy="vllm"),
     "horizon": variant(stop={"horizon_s": 6.0}),
     "horizon-pressure": variant(stop={"horizon_s": 8.0}, kv__num_blocks=700),
     "unit-boundaries": explicit_scenario(
