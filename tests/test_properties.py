@@ -329,6 +329,60 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
         "_prefix": 64,
     },
 ).via("discovered failure")
+@example(
+    raw={
+        "name": "prop",
+        "seed": 0,
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 5e-324, "prompt_tokens": 276, "output_tokens": 42},
+                            {"arrival_at_s": 1.7482427532870197, "prompt_tokens": 103, "output_tokens": 59},
+                            {"arrival_at_s": 4.391162019560311, "prompt_tokens": 1, "output_tokens": 1},
+                            {"arrival_at_s": 8.6968689107422, "prompt_tokens": 197, "output_tokens": 13},
+                            {"arrival_at_s": 12.426607856445418, "prompt_tokens": 55, "output_tokens": 32},
+                            {"arrival_at_s": 13.749020039982828, "prompt_tokens": 34, "output_tokens": 10},
+                            {"arrival_at_s": 20.983963145364893, "prompt_tokens": 283, "output_tokens": 55},
+                            {"arrival_at_s": 23.58926208264723, "prompt_tokens": 33, "output_tokens": 46},
+                        ],
+                    },
+                }
+            ]
+        },
+        "cluster": {"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
+        "scheduler": {
+            "policy": "static",
+            "max_num_seqs": 1,
+            "max_num_batched_tokens": 64,
+            "ordering": {"kind": "fcfs"},
+            "slo_admission": "shed",
+            "batch_wait_s": 0.0,
+        },
+        "kv": {
+            "block_size_tokens": 16,
+            "num_blocks": 56,
+            "allocator": "paged",
+            "reserve": "max_output",
+            "max_output_tokens": 1,
+            "max_model_len_tokens": 50,
+            "watermark_frac": 0.0,
+            "preemption": "recompute",
+            "host_swap_bytes": 0,
+        },
+        "cost": {"kind": "unit", "step_time_s": 1.0},
+        "stop": {"horizon_s": 29.031990859251597},
+        "slo": {"ttft_s": 12.581435264400131},
+        "_prefix": 0,
+    },
+).via("discovered failure")
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fast = run(raw, Path(tmp), True)

@@ -324,7 +324,7 @@ class Replica:
 
     def _admitted_at(self, run: _InFlight, request: Request, num_steps: int) -> bool:
         """Whether ``request`` would be admitted at the boundary after ``num_steps`` steps of ``run``."""
-        if self.swapped:
+        if self.swapped or self._policy == "static":  # static admits only into an idle replica
             return False
         tokens_left = token_budget(self._policy, self._limits, self._num_decode)
         hit, cached = self._prefix_hit(request)
@@ -543,8 +543,8 @@ class Replica:
                 self.pool.allocate(growth)
                 self._grown_through = d + num_steps - 1
         run = _InFlight(self.env.now, d, num_steps, batch, [], num_preempted, shape, True)
-        # static batching admits nothing mid-batch, so only the other policies' runs can be cut short
-        run.cuttable = num_steps > 1 and self._policy != "static"
+        # an arrival may end a run early (static batching admits nothing mid-batch, but may shed or defer)
+        run.cuttable = num_steps > 1
         return run
 
     def _finish_heap_min(self) -> int:
