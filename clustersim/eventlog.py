@@ -69,6 +69,16 @@ MEMORY_SCHEMA = pa.schema(
     ]
 )
 
+# the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet
+LEDGER_CATEGORIES = (
+    "stored_bytes",
+    "internal_frag_bytes",
+    "reserved_unused_bytes",
+    "external_frag_bytes",
+    "cached_prefix_bytes",
+    "free_bytes",
+)
+
 ROWS_PER_BATCH = 65_536
 
 

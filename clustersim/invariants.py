@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
+from clustersim.eventlog import LEDGER_CATEGORIES
 
 
 class InvariantViolation(AssertionError):
@@ -99,11 +100,7 @@ def check_memory(memory: pa.Table) -> list[str]:
     """The KV ledger: no category is negative and the categories add up to the capacity."""
     if memory.num_rows == 0:
         return []
-    columns = [
-        "stored_bytes", "internal_frag_bytes", "reserved_unused_bytes",
-        "external_frag_bytes", "cached_prefix_bytes", "free_bytes",
-    ]  # fmt: skip
-    parts = np.stack([_np(memory, c).astype(np.float64) for c in columns])
+    parts = np.stack([_np(memory, c).astype(np.float64) for c in LEDGER_CATEGORIES])
     capacity = _np(memory, "capacity_bytes").astype(np.float64)
     problems = []
     if np.any(parts < -1e-6 * capacity):

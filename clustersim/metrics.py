@@ -229,16 +229,6 @@ def summarize(
     return summary
 
 
-LEDGER_CATEGORIES = (
-    "stored_bytes",
-    "internal_frag_bytes",
-    "reserved_unused_bytes",
-    "external_frag_bytes",
-    "cached_prefix_bytes",
-    "free_bytes",
-)
-
-
 def kv_summary(
     memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | None = None, num_swaps: int = 0
 ) -> dict[str, Any]:
