@@ -66,6 +66,7 @@ MEMORY_SCHEMA = pa.schema(
         ("external_frag_bytes", pa.float64()),
         ("cached_prefix_bytes", pa.float64()),
         ("free_bytes", pa.float64()),
+        ("min_free_bytes", pa.float64()),
     ]
 )
 

@@ -247,6 +247,7 @@ def kv_summary(
         return float((weight * _col(memory, column) / capacity).sum() / total_weight)
 
     used = 1.0 - _col(memory, "free_bytes") / capacity
+    peak_used = 1.0 - _col(memory, "min_free_bytes") / capacity
     return {
         "stored_frac": share("stored_bytes"),
         "internal_frag_frac": share("internal_frag_bytes"),
@@ -255,7 +256,7 @@ def kv_summary(
         "cached_prefix_frac": share("cached_prefix_bytes"),
         "waste_frac": share("internal_frag_bytes") + share("reserved_unused_bytes") + share("external_frag_bytes"),
         "mean_used_frac": float((weight * used).sum() / total_weight),
-        "peak_used_frac": float(used.max()),
+        "peak_used_frac": float(peak_used.max()),
         "stored_of_used_frac": share("stored_bytes") / max(1e-300, float((weight * used).sum() / total_weight)),
         "num_preemptions": num_preemptions,
         "num_swaps": num_swaps,

@@ -29,16 +29,6 @@ ROUTER_STREAM_KEY = zlib.crc32(b"router")  # the router's random stream: spawn k
 _DRAW_CHUNK = 4096
 
 
-class KVPoolView(Protocol):
-    """What a router may read of a replica's KV block pool."""
-
-    @property
-    def num_used_blocks(self) -> int: ...
-
-    @property
-    def num_total_blocks(self) -> int: ...
-
-
 class ReplicaView(Protocol):
     """What a router may look at on a replica."""
 
@@ -48,7 +38,12 @@ class ReplicaView(Protocol):
         ...
 
     @property
-    def pool(self) -> KVPoolView: ...
+    def num_used_kv_blocks(self) -> int:
+        """KV blocks in use at this instant."""
+        ...
+
+    @property
+    def num_kv_blocks(self) -> int: ...
 
 
 class Router(Protocol):
@@ -122,8 +117,7 @@ class LeastKV:
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
         best, best_key = 0, (2.0, 0)
         for index, replica in enumerate(replicas):
-            pool = replica.pool
-            key = (pool.num_used_blocks / pool.num_total_blocks, replica.num_outstanding)
+            key = (replica.num_used_kv_blocks / replica.num_kv_blocks, replica.num_outstanding)
             if key < best_key:
                 best, best_key = index, key
         return best

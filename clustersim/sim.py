@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import simpy
 
 from clustersim import __version__
 from clustersim.architecture import (
@@ -23,6 +22,7 @@ from clustersim.architecture import (
     kv_capacity_blocks,
     weight_bytes_per_gpu,
 )
+from clustersim.clock import HORIZON_PRIORITY, Clock
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
@@ -31,11 +31,16 @@ from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
+from clustersim.kvcache.contiguous import ContiguousKV
+from clustersim.kvcache.manager import KVManager, KVSpec
+from clustersim.kvcache.sequence import Reservation, Reserve
 from clustersim.metrics import kv_summary, summarize
 from clustersim.registry import default_registries
-from clustersim.replica.policies import BatchLimits, Reservation
+from clustersim.replica.admission import SloAdmission
+from clustersim.replica.batching import POLICIES, StepLimits
+from clustersim.replica.core import ReplicaSpec
 from clustersim.replica.queues import make_queue
-from clustersim.replica.replica import Replica, ReplicaSpec
+from clustersim.replica.replica import Replica
 from clustersim.workload.request import Request
 from clustersim.workload.source import Completions, RequestBudget, start_workload
 from clustersim.workload.traces import TenantData, load_workload_data
@@ -162,8 +167,8 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def batch_limits(scenario: Scenario, model_max_len_tokens: int) -> BatchLimits:
-    """The step limits and the KV reservation rule the scenario asks for."""
+def kv_reserve(scenario: Scenario, model_max_len_tokens: int) -> Reserve:
+    """The KV reservation rule the scenario asks for."""
     kv = scenario.kv
     reservation: Reservation = "grow"
     reserve_tokens = 0
@@ -172,21 +177,15 @@ def batch_limits(scenario: Scenario, model_max_len_tokens: int) -> BatchLimits:
         reserve_tokens = (
             kv.max_output_tokens if kv.reserve == "max_output" else kv.max_model_len_tokens or model_max_len_tokens
         )
-    elif scenario.scheduler.policy == "static":
+    elif POLICIES.get(scenario.scheduler.policy).whole_sequence_kv:
         reservation = "sequence"
-    return BatchLimits(
-        scenario.scheduler.max_num_seqs,
-        scenario.scheduler.max_num_batched_tokens,
-        kv.block_size_tokens,
-        reservation,
-        reserve_tokens,
-    )
+    return Reserve(kv.block_size_tokens, reservation, reserve_tokens)
 
 
 def prefix_hit_rate(replicas: list[Replica]) -> float | None:
     """Prompt tokens the prefix cache supplied, over the prompt tokens of every first admission."""
-    looked_up = sum(r.prefix_lookup_tokens for r in replicas)
-    return sum(r.prefix_hit_tokens for r in replicas) / looked_up if looked_up else None
+    looked_up = sum(r.core.kv.prefix_lookup_tokens for r in replicas)
+    return sum(r.core.kv.prefix_hit_tokens for r in replicas) / looked_up if looked_up else None
 
 
 def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
@@ -202,16 +201,7 @@ def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
     return targets
 
 
-class CountingEnvironment(simpy.Environment):
-    """A SimPy environment that counts the events it processes (the simulator's unit of work)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.num_events = 0
-
-    def step(self) -> None:
-        self.num_events += 1
-        super().step()
+CountingEnvironment = Clock  # the name earlier callers use
 
 
 def simulate(
@@ -231,7 +221,9 @@ def simulate(
     if workload_data is None:
         workload_data = load_workload_data(scenario.workload, Path.cwd(), "scenario")
     completions = Completions(env)
-    limits = batch_limits(scenario, resources[0].model.max_model_len_tokens)
+    reserve = kv_reserve(scenario, resources[0].model.max_model_len_tokens)
+    sched = scenario.scheduler
+    limits = StepLimits(sched.max_num_seqs, sched.max_num_batched_tokens, sched.batch_wait_s)
     last_end_s = 0.0
 
     def on_final(request: Request) -> None:
@@ -243,36 +235,42 @@ def simulate(
 
     ttft_targets = ttft_targets_s(scenario)
     priorities = {t.name: getattr(t, "priority", 0) for t in scenario.workload.tenants}
-    replicas = [
-        Replica(
-            env,
-            ReplicaSpec(
-                i,
-                scenario.scheduler.policy,
-                limits,
-                resources[i].num_kv_blocks,
-                resources[i].model.max_model_len_tokens,
-                scenario.simulation.fast_forward,
-                scenario.scheduler.batch_wait_s,
-                scenario.scheduler.slo_admission,
-                ttft_targets,
-                scenario.kv.allocator,
-                math.ceil(scenario.kv.watermark_frac * resources[i].num_kv_blocks),
-                resources[i].kv_bytes_per_token,
-                scenario.kv.prefix_caching,
-                scenario.kv.prefix_block_tokens,
-                {t.name: t.shared_prefix_tokens for t in scenario.workload.tenants},
-                scenario.kv.preemption,
-                int(scenario.kv.host_swap_bytes // (resources[i].kv_bytes_per_token * scenario.kv.block_size_tokens)),
-                resources[i].gpu.pcie_bandwidth_bytes_per_s or 0.0,
+    shared_prefix = {t.name: t.shared_prefix_tokens for t in scenario.workload.tenants}
+    replicas = []
+    for i in range(scenario.cluster.total_replicas):
+        res = resources[i]
+        kv_spec = KVSpec(
+            num_blocks=res.num_kv_blocks,
+            reserve=reserve,
+            watermark_blocks=math.ceil(scenario.kv.watermark_frac * res.num_kv_blocks),
+            bytes_per_token=res.kv_bytes_per_token,
+            prefix_caching=scenario.kv.prefix_caching,
+            prefix_block_tokens=scenario.kv.prefix_block_tokens,
+            shared_prefix_tokens=shared_prefix,
+            host_swap_blocks=(
+                int(scenario.kv.host_swap_bytes // (res.kv_bytes_per_token * scenario.kv.block_size_tokens))
+                if scenario.kv.preemption == "swap"
+                else 0
             ),
-            resources[i].cost_model,
-            log,
-            on_final,
-            make_queue(scenario.scheduler.ordering, priorities),
         )
-        for i in range(scenario.cluster.total_replicas)
-    ]
+        kv: KVManager = ContiguousKV(kv_spec) if scenario.kv.allocator == "contiguous" else KVManager(kv_spec)
+        spec = ReplicaSpec(
+            i, limits, res.model.max_model_len_tokens, scenario.simulation.fast_forward,
+            res.gpu.pcie_bandwidth_bytes_per_s or 0.0,
+        )  # fmt: skip
+        replicas.append(
+            Replica(
+                env,
+                spec,
+                POLICIES.get(sched.policy).build(limits),
+                kv,
+                SloAdmission(sched.slo_admission, ttft_targets, res.cost_model),
+                res.cost_model,
+                log,
+                on_final,
+                make_queue(sched.ordering, priorities),
+            )
+        )
     _, routers = default_registries()
     router = routers.get(scenario.router.kind)(scenario.router, scenario.seed)
 
@@ -282,7 +280,7 @@ def simulate(
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
     start_workload(env, scenario, workload_data, budget, dispatch, completions)
     if scenario.stop.horizon_s is not None:
-        env.run(until=scenario.stop.horizon_s)
+        env.run(until=env.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then
     else:
         env.run()
     unfinished = [request for replica in replicas for request in replica.stop()]
@@ -318,7 +316,7 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
             requests_table,
             steps_table,
             scenario,
-            [ReplicaEndState(r.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas],
+            [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas],
             memory_table,
         )
     except InvariantViolation as exc:
@@ -339,9 +337,9 @@ def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | N
         ),
         "kv": kv_summary(
             memory_table,
-            sum(r.num_preemptions for r in replicas),
+            sum(r.core.num_preemptions for r in replicas),
             prefix_hit_rate(replicas) if scenario.kv.prefix_caching else None,
-            sum(r.num_swaps for r in replicas),
+            sum(r.core.num_swaps for r in replicas),
         ),
         "simulator": {"fast_forward": scenario.simulation.fast_forward, "num_events": env.num_events},
     }

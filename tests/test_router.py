@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,15 +26,10 @@ from clustersim.workload.request import Request
 
 
 @dataclass
-class Pool:
-    num_used_blocks: int = 0
-    num_total_blocks: int = 100
-
-
-@dataclass
 class View:
     num_outstanding: int = 0
-    pool: Pool = field(default_factory=Pool)
+    num_used_kv_blocks: int = 0
+    num_kv_blocks: int = 100
 
 
 def views(*loads: int) -> list[View]:
@@ -69,9 +64,9 @@ def test_least_outstanding_takes_the_lowest_index_on_ties(loads, expected):
 
 
 def test_least_kv_breaks_ties_by_outstanding_then_index():
-    replicas = [View(0, Pool(50, 100)), View(9, Pool(10, 100)), View(2, Pool(20, 200)), View(1, Pool(1, 10))]
+    replicas = [View(0, 50, 100), View(9, 10, 100), View(2, 20, 200), View(1, 1, 10)]
     assert LeastKV().choose(request(), replicas) == 3  # 10%, 10%, 10%: one outstanding beats 2 and 9
-    replicas[3].pool.num_used_blocks = 2
+    replicas[3].num_used_kv_blocks = 2
     assert LeastKV().choose(request(), replicas) == 2
 
 

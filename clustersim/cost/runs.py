@@ -21,24 +21,32 @@ def _affine_sum(intercept: float, slope: float, first_context: float, growth: fl
     return m * (intercept + slope * first_context) + slope * growth * (j0 + j1 - 1) * m / 2.0
 
 
-def _piece_sum(piece: tuple[float, float, float, float], first_context: float, growth: float, num_steps: int) -> float:
+def _piece_split(
+    piece: tuple[float, float, float, float], first_context: float, growth: float, num_steps: int
+) -> tuple[int, bool]:
+    """Where a piece's max switches sides within a run: ``(split, first_side_leads)``.
+
+    Steps ``[0, split)`` take the leading side (``(a, b)`` if ``first_side_leads`` else ``(c, d)``),
+    steps ``[split, num_steps)`` the other.
+    """
     a, b, c, d = piece
     du = b - d  # slope, per unit of context, of (first - second)
     u0 = (a - c) + du * first_context  # (first - second) at step 0
     if du == 0.0 or growth == 0.0:
-        first_wins = u0 >= 0.0
-        intercept, slope = (a, b) if first_wins else (c, d)
-        return _affine_sum(intercept, slope, first_context, growth, 0, num_steps)
+        return num_steps, u0 >= 0.0
     crossing = -u0 / (du * growth)  # step at which the two sides are equal (may be +-inf for tiny slopes)
     crossing = min(max(crossing, -1.0), float(num_steps))
     if du > 0:  # second side first, then the first side from the crossing on
-        split = min(max(math.ceil(crossing), 0), num_steps)
-        return _affine_sum(c, d, first_context, growth, 0, split) + _affine_sum(
-            a, b, first_context, growth, split, num_steps
-        )
-    split = min(max(math.floor(crossing) + 1, 0), num_steps)
-    return _affine_sum(a, b, first_context, growth, 0, split) + _affine_sum(
-        c, d, first_context, growth, split, num_steps
+        return min(max(math.ceil(crossing), 0), num_steps), False
+    return min(max(math.floor(crossing) + 1, 0), num_steps), True
+
+
+def _piece_sum(piece: tuple[float, float, float, float], first_context: float, growth: float, num_steps: int) -> float:
+    a, b, c, d = piece
+    split, first_leads = _piece_split(piece, first_context, growth, num_steps)
+    lead, follow = ((a, b), (c, d)) if first_leads else ((c, d), (a, b))
+    return _affine_sum(lead[0], lead[1], first_context, growth, 0, split) + _affine_sum(
+        follow[0], follow[1], first_context, growth, split, num_steps
     )
 
 
@@ -71,3 +79,86 @@ def steps_done_by(
     while done + 1 < max_steps and run_duration_s(shape, first_context_tokens, growth_tokens, done + 1) <= elapsed_s:
         done += 1
     return done
+
+
+# ----------------------------------------------------------------------------- time integrals over a run
+def step_ranges(
+    shape: DecodeStepShape, first_context_tokens: float, growth_tokens: float, num_steps: int
+) -> list[tuple[int, int, float, float]]:
+    """Step ``j`` of the run lasts the sum, over the ranges ``(j0, j1, alpha, beta)`` with
+    ``j0 <= j < j1``, of ``alpha + beta * j`` (the same split as :func:`run_duration_s`)."""
+    ranges = [(0, num_steps, shape.fixed_s, 0.0)]
+    for piece in shape.pieces:
+        a, b, c, d = piece
+        split, first_leads = _piece_split(piece, first_context_tokens, growth_tokens, num_steps)
+        lead, follow = ((a, b), (c, d)) if first_leads else ((c, d), (a, b))
+        for (intercept, slope), j0, j1 in ((lead, 0, split), (follow, split, num_steps)):
+            if j1 > j0:
+                ranges.append((j0, j1, intercept + slope * first_context_tokens, slope * growth_tokens))
+    return ranges
+
+
+def _count_upto(limit: int, first: int, stride: int, count: int) -> int:
+    """How many of ``first + p * stride`` (p < count) are <= ``limit``."""
+    if limit < first:
+        return 0
+    return min(count, (limit - first) // stride + 1)
+
+
+def _ap_sums(first: int, stride: int, p0: int, p1: int) -> tuple[float, float]:
+    """Sums of ``s`` and ``s**2`` over ``s = first + p * stride`` for p in [p0, p1)."""
+    m = p1 - p0
+    sum_p = (p0 + p1 - 1) * m / 2.0
+    sum_p2 = ((p1 - 1) * p1 * (2 * p1 - 1) - (p0 - 1) * p0 * (2 * p0 - 1)) / 6.0
+    sum_s = m * first + stride * sum_p
+    sum_s2 = m * first * first + 2.0 * first * stride * sum_p + stride * stride * sum_p2
+    return sum_s, sum_s2
+
+
+def boundary_time_sum(ranges: list[tuple[int, int, float, float]], first: int, stride: int, count: int) -> float:
+    """Sum of ``T(s)`` over ``s = first + p * stride`` (p < count), where ``T(s)`` is the time from the
+    run's start to the end of its ``s``-th step (``T(0) = 0``), in closed form over ``ranges``."""
+    total = 0.0
+    for j0, j1, alpha, beta in ranges:
+        # T_range(s) = sum over j in [j0, min(s, j1)) of alpha + beta*j: 0 up to j0, quadratic, then flat
+        p_lo = _count_upto(j0, first, stride, count)
+        p_hi = _count_upto(j1, first, stride, count)
+        if p_hi > p_lo:
+            m = p_hi - p_lo
+            sum_s, sum_s2 = _ap_sums(first, stride, p_lo, p_hi)
+            total += alpha * (sum_s - m * j0) + 0.5 * beta * (sum_s2 - sum_s - m * (j0 - 1) * j0)
+        if count > p_hi:
+            total += (count - p_hi) * (alpha * (j1 - j0) + 0.5 * beta * ((j1 - 1) * j1 - (j0 - 1) * j0))
+    return total
+
+
+def run_integrals(
+    shape: DecodeStepShape,
+    first_context_tokens: float,
+    growth_tokens: float,
+    num_steps: int,
+    block_pattern: list[int],
+) -> tuple[float, float, float]:
+    """Time integrals a ledger row of a run needs, in closed form: ``(T, sum_j dur_j * j, sum_j dur_j * G_j)``.
+
+    ``dur_j`` is step j's duration, ``T`` their sum, and ``G_j`` the blocks taken at steps 1..j, where
+    step ``s`` takes ``block_pattern[s % len(block_pattern)]`` (the pattern repeats). Both weighted
+    sums are 0 for a single step. The cost is O(min(steps, pattern length)), not O(steps).
+    """
+    total_s = run_duration_s(shape, first_context_tokens, growth_tokens, num_steps)
+    if num_steps <= 1:
+        return total_s, 0.0, 0.0
+    ranges = step_ranges(shape, first_context_tokens, growth_tokens, num_steps)
+    # sum_j dur_j * j = sum_j (T(j+1) - T(j)) * j = (K - 1) T(K) - sum_{s=1}^{K-1} T(s)
+    index_sum = (num_steps - 1) * total_s - boundary_time_sum(ranges, 1, 1, num_steps - 1)
+    # sum_j dur_j * G_j = sum_{s=1}^{K-1} g(s) (T(K) - T(s)), grouped by s mod period
+    period = len(block_pattern)
+    growth_sum = 0.0
+    for residue in range(period):
+        blocks = block_pattern[residue]
+        first = residue if residue else period
+        if not blocks or first > num_steps - 1:
+            continue
+        count = (num_steps - 1 - first) // period + 1
+        growth_sum += blocks * (count * total_s - boundary_time_sum(ranges, first, period, count))
+    return total_s, index_sum, growth_sum

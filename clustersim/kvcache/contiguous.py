@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import bisect
 
+from clustersim.kvcache.manager import KVManager, KVSpec
 from clustersim.kvcache.paged import KVAccountingError
+from clustersim.kvcache.prefix import Segment
+from clustersim.kvcache.sequence import KVSequence, Lengths
 
 
 class ContiguousSpace:
@@ -87,3 +90,35 @@ class ContiguousSpace:
     def holes(self) -> list[tuple[int, int]]:
         """The free holes as (start, size), in address order."""
         return list(zip(self._hole_starts, self._hole_sizes, strict=True))
+
+
+class ContiguousKV(KVManager):
+    """Each sequence's reservation is one region of a contiguous space, placed first-fit.
+
+    A request is admitted only into a hole large enough; free memory split into holes too small
+    for the waiting head is external fragmentation.
+    """
+
+    def __init__(self, spec: KVSpec) -> None:
+        super().__init__(spec)
+        self.space = ContiguousSpace(spec.num_blocks)
+
+    def admission_free(self, hit: list[Segment] | None = None) -> int:
+        return min(super().admission_free(hit), self.space.largest_hole)
+
+    def _place(self, seq: KVSequence, num_blocks: int) -> None:
+        placed = self.space.allocate(num_blocks)
+        if placed is None:
+            raise KVAccountingError(f"admitted a region of {num_blocks} blocks without a hole large enough")
+        seq.region_start = placed
+
+    def _unplace(self, seq: KVSequence) -> None:
+        self.space.free(seq.region_start, seq.reserved_blocks)
+
+    def external_frag_tokens(self, head: Lengths | None) -> int:
+        if head is None:
+            return 0
+        need = self.blocks_to_admit(head)
+        if self.space.largest_hole < need <= self.space.num_free:
+            return self.pool.num_free_blocks * self.block_size_tokens
+        return 0

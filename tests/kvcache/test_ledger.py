@@ -41,5 +41,15 @@ def test_contiguous_holes_show_as_external_fragmentation(run_mapping, fast_forwa
 
 def test_paged_internal_fragmentation_is_the_partly_filled_blocks(run_mapping):
     raw = explicit_scenario([(0.0, 5, 4)], kv={"block_size_tokens": 4, "num_blocks": 10})
-    # 5 prompt tokens fill 2 blocks (3 slots unused); each decode adds a token: 6, 7, 8 tokens
-    assert ledger_in_tokens(run_mapping(raw)) == [(0.0, 5, 3, 0, 0, 32), (1.0, 8, 0, 0, 0, 32)]
+    # 5 prompt tokens fill 2 blocks (3 slots unused); each decode adds a token: 6, 7, 8 tokens in
+    # 2 blocks (2, 1, 0 slots unused). The run of three decode steps is one row: their mean.
+    assert ledger_in_tokens(run_mapping(raw)) == [(0.0, 5, 3, 0, 0, 32), (1.0, 7, 1, 0, 0, 32)]
+    step_by_step = explicit_scenario(
+        [(0.0, 5, 4)], kv={"block_size_tokens": 4, "num_blocks": 10}, simulation={"fast_forward": False}
+    )
+    assert ledger_in_tokens(run_mapping(step_by_step)) == [
+        (0.0, 5, 3, 0, 0, 32),
+        (1.0, 6, 2, 0, 0, 32),
+        (2.0, 7, 1, 0, 0, 32),
+        (3.0, 8, 0, 0, 0, 32),
+    ]

@@ -1,0 +1,77 @@
+"""The simulated clock: a SimPy environment whose order of events at one instant is explicit.
+
+SimPy processes the events due at one instant by ``(priority, scheduling order)``. Scheduling
+order depends on when an event was created, which differs between the step-by-step mode and the
+fast path (a run of decode steps is one event there), so clustersim never lets it decide anything
+observable. At one instant, events run in this order:
+
+1. the horizon (the clock stops before anything else due then happens);
+2. step ends, by replica index: tokens are emitted and finished requests retire;
+3. SimPy's own events (process starts, interrupts), then arrivals, think times and completions
+   (SimPy's ``NORMAL`` priority, in scheduling order: their times do not depend on the mode);
+4. plans, by replica index: each replica decides its next step having seen every arrival and
+   every step end of the instant.
+
+Timers are scheduled at absolute times (``now + (t - now)`` can round away from ``t``), so a
+step boundary computed the same way in both modes is the same float in both.
+"""
+
+from __future__ import annotations
+
+from heapq import heappush
+
+import simpy
+from simpy.events import Event
+
+HORIZON_PRIORITY = -(1 << 62)
+STEP_END_PRIORITY = -(1 << 61)  # + replica index
+PLAN_PRIORITY = 2  # + replica index; SimPy's URGENT is 0 and NORMAL 1
+
+
+def step_end_priority(replica_index: int) -> int:
+    """The priority of replica ``replica_index``'s step ends."""
+    return STEP_END_PRIORITY + replica_index
+
+
+def plan_priority(replica_index: int) -> int:
+    """The priority of replica ``replica_index``'s plans."""
+    return PLAN_PRIORITY + replica_index
+
+
+class Timer(Event):
+    """An event that fires at the absolute time ``at_s`` with the given same-instant ``priority``."""
+
+    def __init__(self, clock: Clock, at_s: float, priority: int) -> None:
+        self.env = clock
+        self.callbacks: list[object] = []
+        self._ok = True
+        self._value = None
+        heappush(clock._queue, (at_s, priority, next(clock._eid), self))
+
+
+class Clock(simpy.Environment):
+    """A SimPy environment that counts the events it processes and knows the priority of the current one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_events = 0
+        self.active_priority = 0  # priority of the event being processed
+
+    def step(self) -> None:
+        queue = self._queue
+        if queue:
+            self.active_priority = queue[0][1]
+        self.num_events += 1
+        super().step()
+
+    def timer_at(self, at_s: float, priority: int) -> Timer:
+        """An event firing at absolute time ``at_s`` (not before now) with ``priority``."""
+        return Timer(self, max(at_s, self.now), priority)
+
+    def has_other_events_now(self) -> bool:
+        """Whether some event other than the one being processed is due at the current instant."""
+        return self.peek() == self.now
+
+    def passed(self, at_s: float, priority: int) -> bool:
+        """Whether an event at ``(at_s, priority)`` would already have been processed by now."""
+        return at_s < self.now or (at_s == self.now and priority < self.active_priority)

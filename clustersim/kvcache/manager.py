@@ -1,0 +1,277 @@
+"""A replica's KV manager: admit, grow, vacate, swap and the ledger numbers (pure, no simpy).
+
+The manager owns the block pool, the prefix cache and the host memory swapped sequences use. It
+knows each decoding sequence's blocks by residue: a sequence whose KV tokens after decode step D
+are ``kv_offset + D`` needs a new block at the steps D with ``(kv_offset + D) mod block_size == 1``,
+so bucket ``(1 - D) mod block_size`` is exactly the set that grows at decode step D. Growth over a
+run of steps, and how many steps the free blocks pay for, are then sums over buckets, never loops
+over sequences.
+
+:class:`KVManager` is the paged allocator (vLLM's PagedAttention: interchangeable blocks, no
+external fragmentation); :class:`clustersim.kvcache.contiguous.ContiguousKV` places each
+sequence's reservation in one region of a linear space. Which one a run uses is its allocator
+``kind`` (:data:`ALLOCATORS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from clustersim.architecture import blocks_for_tokens
+from clustersim.kvcache.paged import BlockPool
+from clustersim.kvcache.prefix import PrefixCache, Segment
+from clustersim.kvcache.sequence import (
+    KVSequence,
+    Lengths,
+    Reserve,
+    blocks_to_admit,
+    capacity_reason,
+    prefill_tokens_of,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KVSpec:
+    """Everything fixed about one replica's KV cache.
+
+    ``host_swap_blocks`` > 0 lets preempted sequences be swapped out to host memory (that many
+    blocks at most); ``shared_prefix_tokens``: tenant -> its system prompt's tokens (prefix caching).
+    """
+
+    num_blocks: int
+    reserve: Reserve
+    watermark_blocks: int = 0
+    bytes_per_token: float = 0.0  # over the replica's GPUs, for the memory ledger
+    prefix_caching: bool = False
+    prefix_block_tokens: int = 512  # tokens one prefix hash id stands for (Mooncake traces: 512)
+    shared_prefix_tokens: Mapping[str, int] = field(default_factory=dict)
+    host_swap_blocks: int = 0
+
+
+class KVManager:
+    """Paged KV blocks of one replica.
+
+    Invariants: the pool's used blocks are the live sequences' held blocks plus the cached
+    prefix blocks; ``filled_blocks`` is the blocks the decoding sequences' tokens fill;
+    ``grown_through`` is the last decode step whose growth is allocated.
+    """
+
+    def __init__(self, spec: KVSpec) -> None:
+        self.spec = spec
+        self.reserve = spec.reserve
+        self.block_size_tokens = spec.reserve.block_size_tokens
+        self.growing = spec.reserve.reservation == "grow"  # otherwise whole reservations are taken up front
+        self.pool = BlockPool(spec.num_blocks)
+        self.prefix = PrefixCache() if spec.prefix_caching else None
+        self.filled_blocks = 0
+        self.grown_through = -1
+        self.host_used_blocks = 0
+        self.prefix_lookup_tokens = 0  # prompt tokens of first admissions
+        self.prefix_hit_tokens = 0  # ... of which the prefix cache held
+        self._num_decoding = 0
+        self._buckets: list[dict[int, KVSequence]] = [{} for _ in range(self.block_size_tokens)]
+
+    # ------------------------------------------------------------------ admission
+    def rejection_reason(self, request: Lengths) -> str:
+        """Why ``request`` can never fit this cache, or an empty string."""
+        return capacity_reason(request, self.reserve, self.spec.num_blocks, self.spec.watermark_blocks)
+
+    def blocks_to_admit(self, request: Lengths, cached_tokens: int = 0) -> int:
+        return blocks_to_admit(request, self.reserve, cached_tokens)
+
+    def segments(self, request: Lengths) -> list[Segment]:
+        """The prompt's cacheable segments, in order: its prefix hash ids, or its tenant's system prompt."""
+        bs = self.block_size_tokens
+        if request.prefix_hash_ids:
+            seg_tokens = self.spec.prefix_block_tokens
+            full = request.prompt_tokens // seg_tokens
+            return [(("hash", h), seg_tokens // bs) for h in request.prefix_hash_ids[:full]]
+        shared = min(self.spec.shared_prefix_tokens.get(request.tenant, 0), request.prompt_tokens) // bs
+        return [(("system", request.tenant), shared)] if shared else []
+
+    def prefix_hit(self, request: Lengths) -> tuple[list[Segment], int]:
+        """The cached leading segments a request would reuse, and their tokens (one token is always prefilled)."""
+        if self.prefix is None:
+            return [], 0
+        segments = self.segments(request)
+        hit = segments[: self.prefix.num_leading_hits(segments)]
+        cached = sum(blocks for _, blocks in hit) * self.block_size_tokens
+        while hit and cached > prefill_tokens_of(request) - 1:
+            cached -= hit.pop()[1] * self.block_size_tokens
+        return hit, cached
+
+    def admission_free(self, hit: list[Segment] | None = None) -> int:
+        """Blocks a new request may take: the free ones above the watermark, plus cached prefix blocks
+        nobody uses (evicted when needed), less those it would reuse itself."""
+        free = self.pool.num_free_blocks - self.spec.watermark_blocks
+        if self.prefix is not None:
+            free += self.prefix.num_evictable_blocks - self.prefix.evictable_blocks_among(hit or [])
+        return free
+
+    def admit(self, seq: KVSequence, hit: list[Segment], first_admission: bool) -> None:
+        """Give an admitted sequence its blocks; with prefix caching it pins ``hit`` and evicts unused
+        cached segments if the free blocks alone do not cover its own."""
+        request = seq.request
+        num_blocks = blocks_to_admit(request, self.reserve, seq.cached_tokens)
+        if self.prefix is not None:
+            self.prefix.acquire(hit)
+            if num_blocks > self.pool.num_free_blocks:
+                self.pool.free(self.prefix.evict(num_blocks - self.pool.num_free_blocks))
+            if first_admission:
+                self.prefix_lookup_tokens += request.prompt_tokens
+                self.prefix_hit_tokens += seq.cached_tokens
+            seq.hit_segments = list(hit)
+            seq.own_segments = self.segments(request)[len(hit) :]
+        self.pool.allocate(num_blocks)
+        seq.reserved_blocks = num_blocks
+        self._place(seq, num_blocks)
+
+    def _place(self, seq: KVSequence, num_blocks: int) -> None:
+        """Where the reservation goes (paged: anywhere)."""
+
+    # ------------------------------------------------------------------ decoding and growth
+    def start_decoding(self, seq: KVSequence, kv_tokens: int) -> None:
+        """A sequence (with ``kv_offset`` set) starts decoding holding ``kv_tokens`` tokens."""
+        bs = self.block_size_tokens
+        self.filled_blocks += blocks_for_tokens(kv_tokens, bs) - seq.cached_tokens // bs
+        self._buckets[seq.kv_offset % bs][id(seq)] = seq
+        self._num_decoding += 1
+
+    def growth(self, first_index: int, last_index: int) -> int:
+        """Blocks the decoding sequences take over decode steps ``first..last`` (no one finishes between)."""
+        num_steps = last_index - first_index + 1
+        if num_steps <= 0:
+            return 0
+        bs = self.block_size_tokens
+        full_cycles, rest = divmod(num_steps, bs)
+        total = full_cycles * self._num_decoding
+        buckets = self._buckets
+        for s in range(first_index, first_index + rest):
+            total += len(buckets[(1 - s) % bs])
+        return total
+
+    def growth_pattern(self, first_index: int) -> list[int]:
+        """Blocks taken at decode steps ``first_index + r`` for r in 0..block_size-1 (periodic beyond)."""
+        bs = self.block_size_tokens
+        return [len(self._buckets[(1 - first_index - r) % bs]) for r in range(bs)]
+
+    def affordable_steps(self, first_index: int, max_steps: int) -> int:
+        """How many decode steps from ``first_index`` (at most ``max_steps``) fit their growth in the free pool."""
+        n = self._num_decoding
+        free = self.pool.num_free_blocks
+        bs = self.block_size_tokens
+        cycles = min(max_steps // bs, free // n) if n else max_steps // bs
+        steps, free = cycles * bs, free - cycles * n
+        while steps < max_steps:
+            need = len(self._buckets[(1 - (first_index + steps)) % bs])
+            if need > free:
+                break
+            free -= need
+            steps += 1
+        return steps
+
+    def grow(self, d: int) -> list[KVSequence]:
+        """Give the sequences crossing a block boundary at decode step ``d`` their block.
+
+        Returns the sequences still without one, in order, when the free blocks (after evicting
+        unused cached prefixes) do not cover them all; the caller preempts and calls :meth:`grow_one`.
+        """
+        self.grown_through = d
+        bucket = self._buckets[(1 - d) % self.block_size_tokens]
+        need = len(bucket)
+        if not self.growing:  # the reservations already hold the new tokens
+            self.filled_blocks += need
+            return []
+        if self.prefix is not None and need > self.pool.num_free_blocks:
+            self.pool.free(self.prefix.evict(need - self.pool.num_free_blocks))
+        if need <= self.pool.num_free_blocks:
+            self.pool.allocate(need)
+            self.filled_blocks += need
+            return []
+        return list(bucket.values())
+
+    def grow_one(self) -> None:
+        """One crossing sequence takes a free block."""
+        self.pool.allocate(1)
+        self.filled_blocks += 1
+
+    def grow_through(self, first_index: int, last_index: int) -> int:
+        """Allocate the growth of decode steps ``first..last`` (already known to be affordable); returns it."""
+        growth = self.growth(first_index, last_index)
+        self.filled_blocks += growth
+        if self.growing:
+            self.pool.allocate(growth)
+        if last_index >= first_index:
+            self.grown_through = last_index
+        return growth
+
+    def held_blocks(self, seq: KVSequence, last_index: int) -> int:
+        """Blocks ``seq`` holds once decode step ``last_index`` is grown (cached prefix blocks excluded)."""
+        if not self.growing or not seq.decoding:
+            return seq.reserved_blocks
+        bs = self.block_size_tokens
+        return blocks_for_tokens(seq.kv_offset + last_index, bs) - seq.cached_tokens // bs
+
+    # ------------------------------------------------------------------ leaving
+    def vacate(self, seq: KVSequence, last_index: int, computed_tokens: int) -> None:
+        """Free what ``seq`` held after decode step ``last_index``; with prefix caching its prompt
+        segments among its ``computed_tokens`` stay cached and what it reused is unpinned."""
+        held = self.held_blocks(seq, last_index)
+        kept = 0
+        if self.prefix is not None:
+            bs = self.block_size_tokens
+            end = seq.cached_tokens
+            for key, blocks in seq.own_segments:
+                end += blocks * bs
+                if end > computed_tokens:
+                    break
+                if self.prefix.insert(key, blocks):
+                    kept += blocks
+            self.prefix.release(seq.hit_segments)
+        self.pool.free(held - kept)
+        self._unplace(seq)
+        if seq.decoding:
+            bs = self.block_size_tokens
+            self.filled_blocks -= blocks_for_tokens(seq.kv_offset + last_index, bs) - seq.cached_tokens // bs
+            del self._buckets[seq.kv_offset % bs][id(seq)]
+            self._num_decoding -= 1
+
+    def _unplace(self, seq: KVSequence) -> None:
+        """Return the reservation's place (paged: nothing to do)."""
+
+    # ------------------------------------------------------------------ swap
+    def swap_out_blocks(self, seq: KVSequence, last_index: int) -> int:
+        """The blocks ``seq`` would copy to host memory if swapped out now; 0 if it cannot be (swap off,
+        prefix caching on, not decoding, or no room left in host memory)."""
+        if self.spec.host_swap_blocks <= 0 or self.prefix is not None or not seq.decoding:
+            return 0
+        blocks = self.held_blocks(seq, last_index)
+        return blocks if self.host_used_blocks + blocks <= self.spec.host_swap_blocks else 0
+
+    def swap_out(self, num_blocks: int) -> None:
+        """Host memory takes ``num_blocks`` of a sequence being swapped out (its GPU blocks are vacated)."""
+        self.host_used_blocks += num_blocks
+
+    def swap_in_blocks(self, kv_tokens: int) -> int:
+        """Blocks a swapped-out sequence with ``kv_tokens`` takes to come back, with room for its next token."""
+        return blocks_for_tokens(kv_tokens + 1, self.block_size_tokens)
+
+    def swap_in(self, seq: KVSequence, num_blocks: int, host_blocks: int, d: int) -> None:
+        """A swapped-out sequence (``kv_offset`` set) comes back with ``num_blocks`` for decode step ``d``."""
+        self.grown_through = d
+        self.host_used_blocks -= host_blocks
+        self.pool.allocate(num_blocks)
+        seq.reserved_blocks = num_blocks
+        self.filled_blocks += num_blocks
+        self._buckets[seq.kv_offset % self.block_size_tokens][id(seq)] = seq
+        self._num_decoding += 1
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_cached_blocks(self) -> int:
+        return self.prefix.num_blocks if self.prefix is not None else 0
+
+    def external_frag_tokens(self, head: Lengths | None) -> int:
+        """Free tokens the waiting head cannot use because no hole is large enough (paged: none)."""
+        return 0

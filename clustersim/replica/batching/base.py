@@ -1,0 +1,109 @@
+"""What a batching policy is: the order in which it composes a step's primitives (pure).
+
+A policy never touches replica state itself: it calls the primitives of a :class:`StepBuilder`
+(grow and include the running decodes, bring swapped sequences back, continue started prompts,
+admit waiting heads), which apply each decision. The replica's fast path needs nothing more from
+a policy: a plan that only grew the running decodes repeats unchanged at the next boundaries until
+a sequence finishes, the KV pool runs short, the waiting head changes or a time-dependent rule
+(SLO admission) acts, because admission walks the waiting queue in order, stops at the first head
+that does not fit, and nothing it checks (seats, free blocks, token budget) grows during a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sized
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from clustersim.workload.request import Request
+
+
+class Waiting(Sized, Iterable[Request], Protocol):
+    """The waiting queue, as a policy may look at it."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepLimits:
+    """The knobs that bound one step of one replica (the scenario's ``scheduler``)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    batch_wait_s: float = 0.0
+
+
+class StepBuilder(Protocol):
+    """The primitives a policy composes into one step (see :mod:`clustersim.replica.builder`)."""
+
+    @property
+    def num_seats(self) -> int:
+        """Sequences holding a seat (prefilling or decoding)."""
+        ...
+
+    @property
+    def num_prefills(self) -> int:
+        """Prompt chunks in the step so far."""
+        ...
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests in the waiting queue (deferred ones excluded)."""
+        ...
+
+    @property
+    def now_s(self) -> float: ...
+
+    def decode(self) -> None:
+        """Include the running decodes, giving each sequence that crosses a KV block boundary its
+        block and preempting the most recently admitted sequences when the pool is short."""
+
+    def swap_in(self) -> None:
+        """Bring swapped-out sequences back, oldest first, while seats and blocks allow."""
+
+    def continue_prefills(self) -> None:
+        """Give started prompts their next chunks, in admission order, within the token budget."""
+
+    def admit(self, chunked: bool) -> int:
+        """Admit waiting heads in order while they fit (a seat, their KV blocks, the token budget:
+        whole prompts, or any budget left when ``chunked``); returns how many were admitted."""
+        ...
+
+
+class BatchingPolicy(Protocol):
+    """One batching policy, registered under its ``kind`` (the scenario's ``scheduler.policy``).
+
+    ``whole_sequence_kv``: sequences reserve KV for prompt + output on admission (no growth, no
+    preemption). ``chunks_prompts``: prompts longer than the token budget are split, so they are
+    never refused for their length.
+    """
+
+    kind: ClassVar[str]
+    whole_sequence_kv: ClassVar[bool]
+    chunks_prompts: ClassVar[bool]
+
+    @classmethod
+    def build(cls, limits: StepLimits) -> BatchingPolicy:
+        """The policy for a replica with these limits."""
+        ...
+
+    def plan(self, step: StepBuilder) -> None:
+        """Compose the next step."""
+
+    def hold_until_s(self, now_s: float, num_seats: int, waiting: Waiting) -> float | None:
+        """Keep an idle replica waiting (for a fuller batch) until this time or the next arrival; None: plan now."""
+        ...
+
+
+class PolicyBase:
+    """Defaults: KV grows with the sequences, whole prompts, never holds."""
+
+    kind: ClassVar[str] = ""
+    whole_sequence_kv: ClassVar[bool] = False
+    chunks_prompts: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, limits: StepLimits) -> BatchingPolicy:
+        policy: BatchingPolicy = cls()
+        return policy
+
+    def hold_until_s(self, now_s: float, num_seats: int, waiting: Waiting) -> float | None:
+        return None

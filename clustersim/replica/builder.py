@@ -1,0 +1,153 @@
+"""The primitives a batching policy composes into one step, each applying its decisions at once (pure).
+
+A :class:`Builder` lives for one plan. It reads and changes the replica's :class:`Core` (seats, KV
+manager, queues) and collects what the step runs: prompt chunks, whether the running decodes take
+part, how many sequences were preempted and how many KV blocks crossed PCIe.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clustersim.cost.base import StepBatch
+from clustersim.kvcache.sequence import prefill_tokens_of
+from clustersim.replica.seats import Seat
+from clustersim.workload.request import Request
+
+if TYPE_CHECKING:  # the core builds builders; a builder only holds a reference to it
+    from clustersim.replica.core import Core
+
+
+def admits(
+    request: Request,
+    num_seats_free: int,
+    tokens_left: int,
+    blocks_needed: int,
+    blocks_free: int,
+    first_in_step: bool,
+    chunked: bool,
+    cached_tokens: int = 0,
+) -> bool:
+    """Whether ``request`` fits the next step: a seat, its KV blocks, and its prompt within the token budget.
+
+    Chunked policies need only some budget left (the prompt is split). A request preempted earlier
+    whose recompute alone exceeds the budget is admitted as the step's first prefill, so it can
+    never be stuck.
+    """
+    if num_seats_free <= 0 or blocks_needed > blocks_free:
+        return False
+    if chunked:
+        return tokens_left > 0
+    if prefill_tokens_of(request) - cached_tokens <= tokens_left:
+        return True
+    return first_in_step and request.num_emitted_tokens > 0
+
+
+class Builder:
+    """One step under construction (implements :class:`clustersim.replica.batching.StepBuilder`)."""
+
+    __slots__ = ("_core", "chunks", "decode_index", "includes_decodes", "now_s", "num_preempted", "swap_blocks")
+
+    def __init__(self, core: Core, now_s: float) -> None:
+        self._core = core
+        self.now_s = now_s
+        self.decode_index = core.seats.decode_index
+        self.chunks: list[tuple[Seat, int]] = []
+        self.includes_decodes = False
+        self.num_preempted = 0
+        self.swap_blocks = 0  # blocks copied over PCIe (out or in) by this step
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_seats(self) -> int:
+        return len(self._core.seats)
+
+    @property
+    def num_prefills(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._core.waiting)
+
+    def _tokens_left(self) -> int:
+        core = self._core
+        used = sum(chunk for _, chunk in self.chunks)
+        if self.includes_decodes:
+            used += core.seats.num_decode
+        return core.limits.max_num_batched_tokens - used
+
+    # ------------------------------------------------------------------ primitives
+    def decode(self) -> None:
+        """Include the running decodes; grow their KV blocks for this step, preempting the newest if short."""
+        core, d = self._core, self.decode_index
+        self.includes_decodes = True
+        short = core.kv.grow(d)
+        for seq in short:  # admission order, as each would take its block in turn
+            while seq.alive and core.kv.pool.num_free_blocks == 0:
+                self.swap_blocks += core.preempt(core.seats.newest(), d)
+                self.num_preempted += 1
+            if seq.alive:
+                core.kv.grow_one()
+
+    def swap_in(self) -> None:
+        """Bring swapped-out sequences back, oldest first, while seats and blocks allow."""
+        core = self._core
+        while core.swapped and len(core.seats) < core.limits.max_num_seqs:
+            request, kv_tokens, host_blocks = core.swapped[0]
+            need = core.kv.swap_in_blocks(kv_tokens)
+            free = core.kv.pool.num_free_blocks - (core.kv.spec.watermark_blocks if core.seats else 0)
+            if need > free:
+                break
+            core.swapped.popleft()
+            self.swap_blocks += host_blocks
+            seat = core.seats.add_decoding(request, kv_tokens, self.decode_index)
+            core.kv.swap_in(seat, need, host_blocks, self.decode_index)
+
+    def continue_prefills(self) -> None:
+        """Give started prompts their next chunks, in admission order, within the token budget."""
+        tokens_left = self._tokens_left()
+        for seat in self._core.seats.prefilling.values():
+            if tokens_left <= 0:
+                break
+            chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
+            self.chunks.append((seat, chunk))
+            tokens_left -= chunk
+
+    def admit(self, chunked: bool) -> int:
+        """Admit waiting heads in order while they fit; nothing is admitted while swapped sequences wait."""
+        core = self._core
+        if core.swapped:
+            return 0
+        tokens_left = self._tokens_left()
+        if tokens_left <= 0:
+            return 0
+        num_admitted = 0
+        max_seqs = core.limits.max_num_seqs
+        while (head := core.head()) is not None:
+            hit, cached = core.kv.prefix_hit(head)
+            needed = core.kv.blocks_to_admit(head, cached)
+            free = core.kv.admission_free(hit)
+            first = not self.chunks
+            if not admits(head, max_seqs - len(core.seats), tokens_left, needed, free, first, chunked, cached):
+                break
+            seat = core.seat(core.pop_head(), hit, cached, self.now_s)
+            chunk = min(seat.prefill_tokens, tokens_left) if chunked else seat.prefill_tokens
+            self.chunks.append((seat, chunk))
+            tokens_left -= chunk
+            num_admitted += 1
+        return num_admitted
+
+    # ------------------------------------------------------------------ the result
+    def batch(self) -> StepBatch | None:
+        """The step's shape for the cost model, or None if it runs nothing."""
+        seats = self._core.seats
+        n = seats.num_decode if self.includes_decodes else 0
+        if not self.chunks and not n:
+            return None
+        return StepBatch(
+            prefill_new_tokens=tuple(c for _, c in self.chunks),
+            prefill_context_tokens=tuple(s.cached_tokens + s.done_tokens for s, _ in self.chunks),
+            num_decode_seqs=n,
+            decode_context_tokens=seats.decode_context_tokens(self.decode_index) if n else 0,
+        )

@@ -1,0 +1,390 @@
+"""One replica's iteration-level scheduler state and decisions (pure: the SimPy shell calls it).
+
+Each plan: SLO admission sheds or defers waiting heads that can no longer meet their target, the
+batching policy composes the step from the :class:`~clustersim.replica.builder.Builder`'s
+primitives, and the step is priced. Each end: prompt chunks advance, tokens are emitted, the step
+and its KV ledger row are logged, and finished sequences retire.
+
+Fast forward: a plan that only grew the running decodes repeats unchanged at later boundaries (see
+:mod:`clustersim.replica.batching.base`), so such a step is extended into a run of identical decode
+steps, up to the next finish, the step where the KV pool would run short, or the first boundary
+where SLO admission acts on the waiting head. A request that becomes the waiting head during a run
+ends it at the next boundary, where the plan looks again; so does nothing else. The run's blocks
+are taken lazily (what a router sees is what the step-by-step mode would hold at that instant) and
+its ledger row integrates its steps exactly. Every time is computed from the decode anchor in both
+modes, so ``simulation.fast_forward`` never changes a result.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from clustersim.architecture import blocks_for_tokens
+from clustersim.cost.base import CostModel, DecodeStepShape
+from clustersim.cost.runs import run_duration_s, run_integrals
+from clustersim.eventlog import RunLog
+from clustersim.kvcache.ledger import SINGLE_STEP, LedgerEnd, RunSpan, ledger_row
+from clustersim.kvcache.manager import KVManager
+from clustersim.kvcache.prefix import Segment
+from clustersim.kvcache.sequence import prefill_tokens_of
+from clustersim.replica.admission import SloAdmission
+from clustersim.replica.batching import BatchingPolicy, StepLimits
+from clustersim.replica.builder import Builder
+from clustersim.replica.queues import WaitingQueue
+from clustersim.replica.seats import Seat, SeatSet
+from clustersim.replica.step import DecodeAnchor, Step
+from clustersim.workload.request import Request
+
+Passed = Callable[[float], bool]  # whether an event at this time (and a given priority) has been processed
+
+
+class ReplicaStalledError(RuntimeError):
+    """The replica has waiting requests but can admit none while idle: a bug, reported loudly."""
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """Everything fixed about one replica besides its KV cache."""
+
+    index: int
+    limits: StepLimits
+    max_model_len_tokens: int
+    fast_forward: bool = True
+    pcie_bandwidth_bytes_per_s: float = 0.0  # prices swap traffic
+
+
+class Core:
+    """The replica's state and the rules that change it, one step at a time."""
+
+    def __init__(
+        self,
+        spec: ReplicaSpec,
+        policy: BatchingPolicy,
+        kv: KVManager,
+        slo: SloAdmission,
+        cost_model: CostModel,
+        log: RunLog,
+        on_final: Callable[[Request], None],
+        waiting: WaitingQueue,
+    ) -> None:
+        self.spec = spec
+        self.limits = spec.limits
+        self.policy = policy
+        self.kv = kv
+        self.slo = slo
+        self.cost_model = cost_model
+        self.log = log
+        self.on_final = on_final
+        self.waiting = waiting
+        self.deferred: deque[Request] = deque()  # predicted to miss their TTFT: served when nothing else waits
+        self.swapped: deque[tuple[Request, int, int]] = deque()  # (request, KV tokens, host blocks), oldest first
+        self.seats = SeatSet()
+        self.in_flight: Step | None = None
+        self.anchor: DecodeAnchor | None = None
+        self.num_preemptions = 0
+        self.num_swaps = 0
+        self._shapes: dict[int, DecodeStepShape] = {}
+
+    # ------------------------------------------------------------------ queues
+    @property
+    def num_outstanding(self) -> int:
+        """Requests queued or holding a seat here."""
+        return len(self.waiting) + len(self.deferred) + len(self.seats) + len(self.swapped)
+
+    def head(self) -> Request | None:
+        """The request admission considers next."""
+        if len(self.waiting):
+            return self.waiting.peek()
+        return self.deferred[0] if self.deferred else None
+
+    def pop_head(self) -> Request:
+        return self.waiting.pop() if len(self.waiting) else self.deferred.popleft()
+
+    def rejection_reason(self, request: Request) -> str:
+        """Why ``request`` can never be served by this replica, or an empty string if it can."""
+        total_tokens = request.prompt_tokens + request.output_tokens
+        max_len = self.spec.max_model_len_tokens
+        if total_tokens > max_len:
+            return f"prompt + output = {total_tokens} tokens exceeds the model's max length {max_len}"
+        budget = self.limits.max_num_batched_tokens
+        if not self.policy.chunks_prompts and request.prompt_tokens > budget:
+            return (
+                f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens {budget} "
+                "(chunked_prefill would split it)"
+            )
+        return self.kv.rejection_reason(request)
+
+    def enqueue(self, request: Request, now_s: float, ended: Passed) -> Literal["rejected", "queued", "cut"]:
+        """Accept a routed request, or reject it now; ``cut``: it is queued and the run in flight must
+        end at an earlier boundary."""
+        request.replica = self.spec.index
+        reason = self.rejection_reason(request)
+        if reason:
+            self.reject(request, reason)
+            return "rejected"
+        step = self.in_flight
+        if step is None or step.num_steps == 1:
+            self.waiting.push(request)
+            return "queued"
+        old_head = self.head()
+        self.waiting.push(request)
+        if self.head() is not old_head and self._head_changed(step, old_head, now_s, ended):
+            return "cut"
+        return "queued"
+
+    def _head_changed(self, step: Step, old_head: Request | None, now_s: float, ended: Passed) -> bool:
+        """A new waiting head during a run: the plan must see it at the next boundary."""
+        num_ended = step.count_ended(now_s, ended)
+        if step.external_changed_at_step < 0:  # the steps ended so far saw the old head
+            step.external_changed_at_step = num_ended
+            step.external_before_tokens = self.kv.external_frag_tokens(old_head)
+        boundary = num_ended if num_ended and step.end_of(num_ended) == now_s else num_ended + 1
+        if boundary >= step.num_steps:
+            return False
+        step.set_length(boundary)
+        return True
+
+    def reject(self, request: Request, reason: str) -> None:
+        request.status = "rejected"
+        request.reject_reason = reason
+        self.on_final(request)
+
+    # ------------------------------------------------------------------ planning
+    def hold_until_s(self, now_s: float) -> float | None:
+        """Until when an idle replica holds off planning (static batch wait); None: plan now."""
+        return self.policy.hold_until_s(now_s, len(self.seats), self.waiting)
+
+    def plan(self, now_s: float) -> Step | None:
+        """Decide the next step (or run of decode steps); None when there is nothing to do."""
+        if self.slo.active:
+            waiting_head = self._waiting_head
+            for request in self.slo.apply(waiting_head, self.waiting.pop, now_s):
+                if self.slo.mode == "shed":
+                    self.reject(request, self.slo.shed_reason(request))
+                else:
+                    self.deferred.append(request)
+        builder = Builder(self, now_s)
+        self.policy.plan(builder)
+        batch = builder.batch()
+        if batch is None:
+            if self.num_outstanding - len(self.seats):
+                raise ReplicaStalledError(
+                    f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
+                )
+            return None
+        d = builder.decode_index
+        advances = builder.includes_decodes or self.seats.num_decode == 0
+        step = Step(now_s, d, batch, builder.chunks, builder.num_preempted, advances)
+        n = batch.num_decode_seqs
+        if builder.chunks or builder.swap_blocks:  # priced as one iteration, PCIe copies included
+            self.anchor = None
+            if builder.chunks:
+                duration_s = self.cost_model.step_duration_s(batch)
+            else:
+                duration_s = run_duration_s(self._shape(n), batch.decode_context_tokens, n, 1)
+            extra_s = 0.0
+            if builder.swap_blocks:
+                block_bytes = self.kv.spec.bytes_per_token * self.kv.block_size_tokens
+                extra_s = builder.swap_blocks * block_bytes / self.spec.pcie_bandwidth_bytes_per_s
+            step.ends_at_s = now_s + (duration_s + extra_s)
+            return step
+        shape = self._shape(n)
+        anchor = self.anchor
+        if anchor is None or not anchor.continues(d, n, batch.decode_context_tokens, shape):
+            anchor = self.anchor = DecodeAnchor(now_s, d, batch.decode_context_tokens, n, shape)
+        step.anchor = anchor
+        step.set_length(1 if builder.num_preempted else self._run_length(step))
+        return step
+
+    def _waiting_head(self) -> Request | None:
+        return self.waiting.peek() if len(self.waiting) else None
+
+    def _shape(self, num_seqs: int) -> DecodeStepShape:
+        shape = self._shapes.get(num_seqs)
+        if shape is None:
+            shape = self._shapes[num_seqs] = self.cost_model.decode_step_shape(num_seqs)
+        return shape
+
+    def _run_length(self, step: Step) -> int:
+        """How many identical decode steps follow from ``step``'s plan with nothing else happening."""
+        if not self.spec.fast_forward:
+            return 1
+        d = step.first_index
+        num_steps = self.seats.next_finish_index() - d + 1
+        if self.kv.growing:
+            num_steps = 1 + self.kv.affordable_steps(d + 1, num_steps - 1)
+        head = self._waiting_head()
+        if num_steps > 1 and head is not None and self.slo.active and self.slo.acts_on(head, step.end_of(num_steps)):
+            low, high = 1, num_steps  # the first boundary at which the plan would act on the head
+            while low < high:
+                mid = (low + high) // 2
+                if self.slo.acts_on(head, step.end_of(mid)):
+                    high = mid
+                else:
+                    low = mid + 1
+            num_steps = low
+        return num_steps
+
+    # ------------------------------------------------------------------ ending steps
+    def end(self, step: Step, num_steps: int, now_s: float) -> None:
+        """Account for the first ``num_steps`` steps of ``step``, which ended at ``now_s``."""
+        first = step.first_index
+        pattern = self.kv.growth_pattern(first) if num_steps > 1 else []
+        grown = self.kv.grow_through(first + 1, first + num_steps - 1)
+        # the decode index of the last step; a step that pauses the decodes sits just before the next one
+        last_index = first + num_steps - 1 if step.advances else first - 1
+        num_first_tokens = 0
+        for seat, chunk in step.chunks:
+            if self.seats.advance_prefill(seat, chunk):
+                num_first_tokens += 1
+                if seat.request.num_emitted_tokens == 0:
+                    seat.request.first_token_at_s = now_s
+                self.start_decoding(seat, last_index)
+        batch, pool = step.batch, self.kv.pool
+        self.log.steps.append(
+            self.spec.index,
+            step.started_at_s,
+            now_s - step.started_at_s,
+            num_steps,
+            batch.num_seqs,
+            len(step.chunks),
+            batch.num_prefill_tokens,
+            batch.num_decode_seqs,
+            batch.num_decode_seqs + num_first_tokens,
+            pool.num_used_blocks,
+            pool.num_total_blocks,
+            step.num_preempted,
+            len(self.waiting) + len(self.deferred),
+        )
+        self._record_memory(step, num_steps, now_s, last_index, grown, pattern)
+        if step.advances:
+            self.seats.decode_index = first + num_steps
+        if step.anchor is not None:
+            step.anchor.last_index = first + num_steps - 1
+        for seat in self.seats.pop_finished(last_index):
+            self.finish(seat, last_index, now_s)
+
+    def _record_memory(
+        self, step: Step, num_steps: int, now_s: float, last_index: int, grown: int, pattern: list[int]
+    ) -> None:
+        """One ledger row for the steps just ended (before finished sequences retire)."""
+        kv, seats = self.kv, self.seats
+        bs = kv.block_size_tokens
+        filled = kv.filled_blocks + sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
+        cached = kv.num_cached_blocks
+        external = kv.external_frag_tokens(self.head())
+        span = SINGLE_STEP
+        changed = step.external_changed_at_step
+        if changed >= num_steps:  # every step it covers ended before the waiting head changed
+            external = step.external_before_tokens
+        if num_steps > 1 and step.anchor is not None:
+            n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
+            shape = step.anchor.shape
+            duration_s, index_integral_s, growth_integral_s = run_integrals(shape, context, n, num_steps, pattern)
+            span = RunSpan(
+                num_steps=num_steps,
+                tokens_per_step=n,
+                grown_blocks=grown,
+                growing=kv.growing,
+                duration_s=duration_s,
+                index_integral_s=index_integral_s,
+                growth_integral_s=growth_integral_s,
+                external_before_tokens=step.external_before_tokens,
+                external_changed_after_s=run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0,
+            )
+        end = LedgerEnd(
+            total_blocks=kv.pool.num_total_blocks,
+            stored_tokens=seats.stored_tokens(last_index),
+            filled_blocks=filled,
+            used_blocks=kv.pool.num_used_blocks - cached,
+            cached_blocks=cached,
+            external_tokens=external,
+        )
+        row = ledger_row(end, span, bs, kv.spec.bytes_per_token)
+        self.log.memory.append(self.spec.index, step.started_at_s, now_s - step.started_at_s, *row)
+
+    # ------------------------------------------------------------------ sequence lifecycle
+    def seat(self, request: Request, hit: list[Segment], cached: int, now_s: float) -> Seat:
+        """Give an admitted request a seat and its KV blocks; its prompt is prefilled from this step."""
+        first = request.first_scheduled_at_s != request.first_scheduled_at_s  # NaN: never scheduled
+        seat = self.seats.add(request, prefill_tokens_of(request) - cached, cached)
+        first_admission = first and request.num_emitted_tokens == 0
+        self.kv.admit(seat, hit, first_admission)
+        if first_admission and self.kv.prefix is not None:
+            request.num_cached_prompt_tokens = cached
+        if first:
+            request.first_scheduled_at_s = now_s
+        return seat
+
+    def start_decoding(self, seat: Seat, d: int) -> None:
+        self.seats.start_decoding(seat, d)
+        self.kv.start_decoding(seat, seat.cached_tokens + seat.prefill_tokens)
+
+    def vacate(self, seat: Seat, last_index: int) -> Request:
+        """Free a seat and the blocks it held after decode step ``last_index``."""
+        computed = seat.cached_tokens + (seat.prefill_tokens if seat.decoding else seat.done_tokens)
+        self.kv.vacate(seat, last_index, computed)
+        self.seats.remove(seat)
+        return seat.request
+
+    def preempt(self, seat: Seat, d: int) -> int:
+        """Preempt before decode step ``d``: swap the sequence out if host memory has room (returns the
+        blocks copied), else recompute it later (free the seat, requeue the request at the head)."""
+        blocks = self.kv.swap_out_blocks(seat, d - 1)
+        kv_tokens = seat.kv_offset + d - 1
+        decoding = seat.decoding
+        request = self.vacate(seat, d - 1)
+        if decoding:
+            request.num_emitted_tokens = seat.emit_base + d - 1
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        if blocks:
+            self.num_swaps += 1
+            self.kv.swap_out(blocks)
+            self.swapped.append((request, kv_tokens, blocks))
+            return blocks
+        self.waiting.push_front(request)
+        return 0
+
+    def finish(self, seat: Seat, last_index: int, now_s: float) -> None:
+        request = self.vacate(seat, last_index)
+        request.num_emitted_tokens = request.output_tokens
+        request.finished_at_s = now_s
+        request.status = "completed"
+        self.on_final(request)
+
+    # ------------------------------------------------------------------ views and the end of the run
+    def kv_used_blocks(self, now_s: float, planned: Passed) -> int:
+        """Blocks in use now, as the step-by-step mode would hold them (a run's growth is taken lazily)."""
+        used = self.kv.pool.num_used_blocks
+        step = self.in_flight
+        if step is not None and step.num_steps > 1 and self.kv.growing:
+            started = min(step.count_ended(now_s, planned), step.num_steps - 1) + 1
+            used += self.kv.growth(step.first_index + 1, step.first_index + started - 1)
+        return used
+
+    def stop(self, now_s: float, ended: Passed, planned: Passed) -> list[Request]:
+        """Close the books when the clock stops: log the steps of the run in flight that ended before
+        it, keep the blocks of the step in progress, and return every unfinished request."""
+        step, self.in_flight = self.in_flight, None
+        if step is not None:
+            done = step.count_ended(now_s, ended)
+            started = min(step.count_ended(now_s, planned), step.num_steps - 1) + 1
+            if done:
+                self.end(step, done, step.end_of(done))
+            first = step.first_index
+            self.kv.grow_through(first + max(done, 1), first + started - 1)
+        done_index = self.seats.decode_index - 1
+        for seat in self.seats.seats.values():
+            if seat.decoding:
+                seat.request.num_emitted_tokens = self.seats.emitted_at(seat, done_index)
+        swapped = [request for request, _, _ in self.swapped]
+        return [*(s.request for s in self.seats.seats.values()), *swapped, *self.waiting, *self.deferred]  # type: ignore[misc]
+
+    def kv_blocks_of_running(self) -> int:
+        """Blocks the seated sequences and the prefix cache hold (for the end-of-run conservation check)."""
+        kv = self.kv
+        return kv.num_cached_blocks + sum(kv.held_blocks(seat, kv.grown_through) for seat in self.seats.seats.values())

@@ -1,0 +1,146 @@
+"""The sequences holding a seat on a replica, kept as aggregates (pure, no simpy).
+
+Decoding sequences advance together, one token per *decode step*; the replica counts decode steps
+with its decode index ``D`` (a ``vllm`` prefill-only step pauses the decodes and does not advance
+it). A decoding sequence's KV tokens and emitted tokens are affine in ``D``, so the set keeps only
+sums: the number of decoding sequences and the sum of their context offsets, which give the
+step's total decode context in O(1). Finishes come from a heap keyed by decode index.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from clustersim.kvcache.sequence import KVSequence
+from clustersim.workload.request import Request
+
+
+class Seat(KVSequence):
+    """A sequence holding a seat: prefilling (``done_tokens < prefill_tokens``) or decoding.
+
+    Decoding counters are affine in the decode index D: KV tokens after decode step D are
+    ``kv_offset + D``; tokens emitted after decode step D are ``emit_base + D``; it finishes at
+    decode step ``finish_index``. The KV fields (:class:`KVSequence`) are the KV manager's.
+    """
+
+    __slots__ = ("done_tokens", "emit_base", "finish_index", "order", "prefill_tokens")
+
+    request: Request
+
+    def __init__(self, request: Request, order: int, prefill_tokens: int, cached_tokens: int = 0) -> None:
+        super().__init__(request, cached_tokens)
+        self.order = order
+        self.prefill_tokens = prefill_tokens  # tokens it computes before its next token (cached ones excluded)
+        self.done_tokens = 0
+        self.emit_base = 0
+        self.finish_index = 0
+
+
+class SeatSet:
+    """Seats in admission order, with the decode aggregates the step and the fast path need.
+
+    Invariants: ``num_decode`` and ``kv_offset_sum`` are over the decoding seats; ``prefill_done_sum``
+    is the computed prompt tokens of the prefilling ones; ``decode_index`` is the index of the next
+    decode step.
+    """
+
+    def __init__(self) -> None:
+        self.seats: dict[int, Seat] = {}  # admission order: the last is the preemption victim
+        self.prefilling: dict[int, Seat] = {}
+        self._finish_heap: list[tuple[int, int, Seat]] = []
+        self.decode_index = 0
+        self.num_decode = 0
+        self.kv_offset_sum = 0
+        self.prefill_done_sum = 0
+        self.decoder_cached_sum = 0  # cached prefix tokens of the decoding seats
+        self._num_admitted = 0
+
+    def __len__(self) -> int:
+        return len(self.seats)
+
+    def add(self, request: Request, prefill_tokens: int, cached_tokens: int = 0) -> Seat:
+        """A new seat, prefilling from the next step."""
+        seat = Seat(request, self._num_admitted, prefill_tokens, cached_tokens)
+        self._num_admitted += 1
+        self.seats[request.request_id] = seat
+        self.prefilling[request.request_id] = seat
+        return seat
+
+    def add_decoding(self, request: Request, kv_tokens: int, d: int) -> Seat:
+        """A sequence that comes back (swapped in) holding ``kv_tokens``; it decodes at step ``d``."""
+        seat = Seat(request, self._num_admitted, kv_tokens)
+        self._num_admitted += 1
+        self.seats[request.request_id] = seat
+        seat.done_tokens = kv_tokens
+        self._decode(seat, kv_tokens + 1 - d, d)
+        return seat
+
+    def start_decoding(self, seat: Seat, d: int) -> None:
+        """A seat whose prefill completed at decode index ``d`` (its next token) decodes from ``d + 1``."""
+        del self.prefilling[seat.request.request_id]
+        self.prefill_done_sum -= seat.prefill_tokens
+        self.decoder_cached_sum += seat.cached_tokens
+        self._decode(seat, seat.cached_tokens + seat.prefill_tokens - d, d)
+
+    def _decode(self, seat: Seat, kv_offset: int, d: int) -> None:
+        request = seat.request
+        emitted = request.num_emitted_tokens
+        seat.decoding = True
+        seat.kv_offset = kv_offset
+        seat.emit_base = emitted + 1 - d
+        seat.finish_index = d + request.output_tokens - emitted - 1
+        heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
+        self.num_decode += 1
+        self.kv_offset_sum += kv_offset
+
+    def advance_prefill(self, seat: Seat, tokens: int) -> bool:
+        """Record ``tokens`` more prompt tokens computed; True when the prompt is done."""
+        seat.done_tokens += tokens
+        self.prefill_done_sum += tokens
+        return seat.done_tokens == seat.prefill_tokens
+
+    def remove(self, seat: Seat) -> None:
+        """Take a seat away (finished, preempted or swapped out)."""
+        seat.alive = False
+        request_id = seat.request.request_id
+        del self.seats[request_id]
+        if seat.decoding:
+            self.num_decode -= 1
+            self.kv_offset_sum -= seat.kv_offset
+            self.decoder_cached_sum -= seat.cached_tokens
+        else:
+            self.prefill_done_sum -= seat.done_tokens
+            del self.prefilling[request_id]
+
+    def newest(self) -> Seat:
+        """The most recently admitted seat (the preemption victim)."""
+        return next(reversed(self.seats.values()))
+
+    def decode_context_tokens(self, d: int) -> int:
+        """Sum over decoding seats of the tokens each attends to at decode step ``d``."""
+        return self.kv_offset_sum + self.num_decode * d
+
+    def stored_tokens(self, last_index: int) -> int:
+        """Tokens in the KV cache after decode step ``last_index`` that the seats computed (cached ones excluded)."""
+        return self.kv_offset_sum + self.num_decode * last_index - self.decoder_cached_sum + self.prefill_done_sum
+
+    def next_finish_index(self) -> int:
+        """The decode index at which the next decoding seat finishes (there is one)."""
+        heap = self._finish_heap
+        while not heap[0][2].alive:
+            heapq.heappop(heap)
+        return heap[0][0]
+
+    def pop_finished(self, last_index: int) -> list[Seat]:
+        """Live seats whose last token was made at or before decode step ``last_index``, in finish order."""
+        heap = self._finish_heap
+        done: list[Seat] = []
+        while heap and heap[0][0] <= last_index:
+            seat = heapq.heappop(heap)[2]
+            if seat.alive:
+                done.append(seat)
+        return done
+
+    def emitted_at(self, seat: Seat, last_index: int) -> int:
+        """Output tokens a decoding seat has made after decode step ``last_index``."""
+        return seat.emit_base + last_index
