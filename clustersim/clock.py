@@ -66,7 +66,7 @@ class Clock(simpy.Environment):
 
     def timer_at(self, at_s: float, priority: int) -> Timer:
         """An event firing at absolute time ``at_s`` (not before now) with ``priority``."""
-        return Timer(self, max(at_s, self.now), priority)
+        return Timer(self, at_s, priority)
 
     def has_other_events_now(self) -> bool:
         """Whether some event other than the one being processed is due at the current instant."""

@@ -301,6 +301,21 @@ class RooflineCostModel:
     pipeline_parallel: int = 1
     _token_ops_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _lm_head_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _one_prompt_attention_s: dict[tuple[int, int], float] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def _prefill_attention_s(self, new_tokens: tuple[int, ...], context_tokens: tuple[int, ...]) -> float:
+        """Prefill attention over every layer; memoised for steps with one prompt (chunk) in them."""
+        key = (new_tokens[0], context_tokens[0]) if len(new_tokens) == 1 else None
+        if key is not None and (cached := self._one_prompt_attention_s.get(key)) is not None:
+            return cached
+        model = self.model
+        work = prefill_attention_work(new_tokens, context_tokens, model, self.tensor_parallel)
+        time_s = model.num_layers * prefill_attention_layer_time(work, self.gpu).time_s
+        if key is not None:
+            self._one_prompt_attention_s[key] = time_s
+        return time_s
 
     def step_duration_s(self, batch: StepBatch) -> float:
         tokens = batch.num_tokens
@@ -318,8 +333,7 @@ class RooflineCostModel:
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
         total = token_ops_s + lm_head_s + engine_overhead_s(batch, model, gpu)
         if batch.prefill_new_tokens:
-            work = prefill_attention_work(batch.prefill_new_tokens, batch.prefill_context_tokens, model, tp)
-            total += model.num_layers * prefill_attention_layer_time(work, gpu).time_s
+            total += self._prefill_attention_s(batch.prefill_new_tokens, batch.prefill_context_tokens)
         if batch.num_decode_seqs:
             work = decode_attention_work(batch.num_decode_seqs, batch.decode_context_tokens, model, tp)
             total += model.num_layers * decode_attention_layer_time(work, batch.num_decode_seqs, gpu).time_s

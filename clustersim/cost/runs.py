@@ -9,6 +9,7 @@ such steps is a sum of arithmetic series, split where each piece's max switches 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from clustersim.cost.base import DecodeStepShape
 
@@ -43,10 +44,22 @@ def _piece_split(
 
 def _piece_sum(piece: tuple[float, float, float, float], first_context: float, growth: float, num_steps: int) -> float:
     a, b, c, d = piece
-    split, first_leads = _piece_split(piece, first_context, growth, num_steps)
-    lead, follow = ((a, b), (c, d)) if first_leads else ((c, d), (a, b))
-    return _affine_sum(lead[0], lead[1], first_context, growth, 0, split) + _affine_sum(
-        follow[0], follow[1], first_context, growth, split, num_steps
+    du = b - d  # slope, per unit of context, of (first - second)
+    u0 = (a - c) + du * first_context  # (first - second) at step 0
+    if du == 0.0 or growth == 0.0:
+        first_wins = u0 >= 0.0
+        intercept, slope = (a, b) if first_wins else (c, d)
+        return _affine_sum(intercept, slope, first_context, growth, 0, num_steps)
+    crossing = -u0 / (du * growth)  # step at which the two sides are equal (may be +-inf for tiny slopes)
+    crossing = min(max(crossing, -1.0), float(num_steps))
+    if du > 0:  # second side first, then the first side from the crossing on
+        split = min(max(math.ceil(crossing), 0), num_steps)
+        return _affine_sum(c, d, first_context, growth, 0, split) + _affine_sum(
+            a, b, first_context, growth, split, num_steps
+        )
+    split = min(max(math.floor(crossing) + 1, 0), num_steps)
+    return _affine_sum(a, b, first_context, growth, 0, split) + _affine_sum(
+        c, d, first_context, growth, split, num_steps
     )
 
 
@@ -137,26 +150,39 @@ def run_integrals(
     first_context_tokens: float,
     growth_tokens: float,
     num_steps: int,
-    block_pattern: list[int],
+    blocks_at: Callable[[int], int],
+    period: int,
 ) -> tuple[float, float, float]:
     """Time integrals a ledger row of a run needs, in closed form: ``(T, sum_j dur_j * j, sum_j dur_j * G_j)``.
 
     ``dur_j`` is step j's duration, ``T`` their sum, and ``G_j`` the blocks taken at steps 1..j, where
-    step ``s`` takes ``block_pattern[s % len(block_pattern)]`` (the pattern repeats). Both weighted
-    sums are 0 for a single step. The cost is O(min(steps, pattern length)), not O(steps).
+    step ``s`` takes ``blocks_at(s)`` blocks, a function of ``s mod period``. Both weighted sums
+    are 0 for a single step. The cost is O(min(steps, period)), not O(steps).
     """
-    total_s = run_duration_s(shape, first_context_tokens, growth_tokens, num_steps)
     if num_steps <= 1:
-        return total_s, 0.0, 0.0
+        return run_duration_s(shape, first_context_tokens, growth_tokens, num_steps), 0.0, 0.0
+    # sum_j dur_j * j = (K - 1) T(K) - sum_{s=1}^{K-1} T(s);  sum_j dur_j * G_j = sum_{s=1}^{K-1} g(s) (T(K) - T(s))
+    if num_steps <= period + 1:  # each boundary once, step by step
+        boundary_sum = time_s = 0.0
+        marks: list[tuple[int, float]] = []
+        for s in range(1, num_steps):
+            time_s += shape.duration_s(first_context_tokens + growth_tokens * (s - 1))
+            boundary_sum += time_s
+            blocks = blocks_at(s)
+            if blocks:
+                marks.append((blocks, time_s))
+        total_s = time_s + shape.duration_s(first_context_tokens + growth_tokens * (num_steps - 1))
+        growth_sum = 0.0
+        for blocks, mark_s in marks:
+            growth_sum += blocks * (total_s - mark_s)
+        return total_s, (num_steps - 1) * total_s - boundary_sum, growth_sum
+    total_s = run_duration_s(shape, first_context_tokens, growth_tokens, num_steps)
     ranges = step_ranges(shape, first_context_tokens, growth_tokens, num_steps)
-    # sum_j dur_j * j = sum_j (T(j+1) - T(j)) * j = (K - 1) T(K) - sum_{s=1}^{K-1} T(s)
     index_sum = (num_steps - 1) * total_s - boundary_time_sum(ranges, 1, 1, num_steps - 1)
-    # sum_j dur_j * G_j = sum_{s=1}^{K-1} g(s) (T(K) - T(s)), grouped by s mod period
-    period = len(block_pattern)
     growth_sum = 0.0
-    for residue in range(period):
-        blocks = block_pattern[residue]
+    for residue in range(period):  # the boundaries s = residue (mod period), summed in closed form
         first = residue if residue else period
+        blocks = blocks_at(first)
         if not blocks or first > num_steps - 1:
             continue
         count = (num_steps - 1 - first) // period + 1

@@ -99,6 +99,8 @@ class ContiguousKV(KVManager):
     for the waiting head is external fragmentation.
     """
 
+    has_external_fragmentation = True
+
     def __init__(self, spec: KVSpec) -> None:
         super().__init__(spec)
         self.space = ContiguousSpace(spec.num_blocks)

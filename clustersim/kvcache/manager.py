@@ -151,10 +151,9 @@ class KVManager:
             total += len(buckets[(1 - s) % bs])
         return total
 
-    def growth_pattern(self, first_index: int) -> list[int]:
-        """Blocks taken at decode steps ``first_index + r`` for r in 0..block_size-1 (periodic beyond)."""
-        bs = self.block_size_tokens
-        return [len(self._buckets[(1 - first_index - r) % bs]) for r in range(bs)]
+    def growth_at(self, index: int) -> int:
+        """Blocks the decoding sequences take at decode step ``index`` (periodic in the block size)."""
+        return len(self._buckets[(1 - index) % self.block_size_tokens])
 
     def affordable_steps(self, first_index: int, max_steps: int) -> int:
         """How many decode steps from ``first_index`` (at most ``max_steps``) fit their growth in the free pool."""
@@ -271,6 +270,8 @@ class KVManager:
     @property
     def num_cached_blocks(self) -> int:
         return self.prefix.num_blocks if self.prefix is not None else 0
+
+    has_external_fragmentation = False  # paged blocks are interchangeable
 
     def external_frag_tokens(self, head: Lengths | None) -> int:
         """Free tokens the waiting head cannot use because no hole is large enough (paged: none)."""

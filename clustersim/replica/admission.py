@@ -29,13 +29,10 @@ class SloAdmission:
 
     def __init__(self, mode: SloAdmissionMode, ttft_targets_s: Mapping[str, float], cost_model: CostModel) -> None:
         self.mode = mode
+        self.active = mode != "off"
         self.ttft_targets_s = ttft_targets_s
         self._cost_model = cost_model
         self._prefill_s: dict[int, float] = {}
-
-    @property
-    def active(self) -> bool:
-        return self.mode != "off"
 
     def prefill_estimate_s(self, request: Request) -> float:
         """The request's prefill alone on the replica (memoised by length)."""

@@ -46,13 +46,23 @@ def admits(
 class Builder:
     """One step under construction (implements :class:`clustersim.replica.batching.StepBuilder`)."""
 
-    __slots__ = ("_core", "chunks", "decode_index", "includes_decodes", "now_s", "num_preempted", "swap_blocks")
+    __slots__ = (
+        "_core",
+        "chunk_tokens",
+        "chunks",
+        "decode_index",
+        "includes_decodes",
+        "now_s",
+        "num_preempted",
+        "swap_blocks",
+    )
 
     def __init__(self, core: Core, now_s: float) -> None:
         self._core = core
         self.now_s = now_s
         self.decode_index = core.seats.decode_index
         self.chunks: list[tuple[Seat, int]] = []
+        self.chunk_tokens = 0
         self.includes_decodes = False
         self.num_preempted = 0
         self.swap_blocks = 0  # blocks copied over PCIe (out or in) by this step
@@ -60,7 +70,7 @@ class Builder:
     # ------------------------------------------------------------------ views
     @property
     def num_seats(self) -> int:
-        return len(self._core.seats)
+        return len(self._core.seats.seats)
 
     @property
     def num_prefills(self) -> int:
@@ -72,9 +82,7 @@ class Builder:
 
     def _tokens_left(self) -> int:
         core = self._core
-        used = sum(chunk for _, chunk in self.chunks)
-        if self.includes_decodes:
-            used += core.seats.num_decode
+        used = self.chunk_tokens + core.seats.num_decode if self.includes_decodes else self.chunk_tokens
         return core.limits.max_num_batched_tokens - used
 
     # ------------------------------------------------------------------ primitives
@@ -93,10 +101,10 @@ class Builder:
     def swap_in(self) -> None:
         """Bring swapped-out sequences back, oldest first, while seats and blocks allow."""
         core = self._core
-        while core.swapped and len(core.seats) < core.limits.max_num_seqs:
+        while core.swapped and len(core.seats.seats) < core.limits.max_num_seqs:
             request, kv_tokens, host_blocks = core.swapped[0]
             need = core.kv.swap_in_blocks(kv_tokens)
-            free = core.kv.pool.num_free_blocks - (core.kv.spec.watermark_blocks if core.seats else 0)
+            free = core.kv.pool.num_free_blocks - (core.kv.spec.watermark_blocks if core.seats.seats else 0)
             if need > free:
                 break
             core.swapped.popleft()
@@ -112,6 +120,7 @@ class Builder:
                 break
             chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
             self.chunks.append((seat, chunk))
+            self.chunk_tokens += chunk
             tokens_left -= chunk
 
     def admit(self, chunked: bool) -> int:
@@ -123,17 +132,19 @@ class Builder:
         if tokens_left <= 0:
             return 0
         num_admitted = 0
-        max_seqs = core.limits.max_num_seqs
+        max_seqs, kv, seats = core.limits.max_num_seqs, core.kv, core.seats.seats
         while (head := core.head()) is not None:
-            hit, cached = core.kv.prefix_hit(head)
-            needed = core.kv.blocks_to_admit(head, cached)
-            free = core.kv.admission_free(hit)
+            hit, cached = kv.prefix_hit(head)
+            needed = kv.blocks_to_admit(head, cached)
             first = not self.chunks
-            if not admits(head, max_seqs - len(core.seats), tokens_left, needed, free, first, chunked, cached):
+            if not admits(
+                head, max_seqs - len(seats), tokens_left, needed, kv.admission_free(hit), first, chunked, cached
+            ):
                 break
             seat = core.seat(core.pop_head(), hit, cached, self.now_s)
             chunk = min(seat.prefill_tokens, tokens_left) if chunked else seat.prefill_tokens
             self.chunks.append((seat, chunk))
+            self.chunk_tokens += chunk
             tokens_left -= chunk
             num_admitted += 1
         return num_admitted
@@ -143,11 +154,12 @@ class Builder:
         """The step's shape for the cost model, or None if it runs nothing."""
         seats = self._core.seats
         n = seats.num_decode if self.includes_decodes else 0
-        if not self.chunks and not n:
-            return None
+        chunks = self.chunks
+        if not chunks:
+            return StepBatch((), (), n, seats.kv_offset_sum + n * self.decode_index) if n else None
         return StepBatch(
-            prefill_new_tokens=tuple(c for _, c in self.chunks),
-            prefill_context_tokens=tuple(s.cached_tokens + s.done_tokens for s, _ in self.chunks),
-            num_decode_seqs=n,
-            decode_context_tokens=seats.decode_context_tokens(self.decode_index) if n else 0,
+            tuple([c for _, c in chunks]),
+            tuple([s.cached_tokens + s.done_tokens for s, _ in chunks]),
+            n,
+            seats.kv_offset_sum + n * self.decode_index if n else 0,
         )

@@ -26,12 +26,12 @@ from clustersim.architecture import blocks_for_tokens
 from clustersim.cost.base import CostModel, DecodeStepShape
 from clustersim.cost.runs import run_duration_s, run_integrals
 from clustersim.eventlog import RunLog
-from clustersim.kvcache.ledger import SINGLE_STEP, LedgerEnd, RunSpan, ledger_row
+from clustersim.kvcache.ledger import RunSpan, ledger_row
 from clustersim.kvcache.manager import KVManager
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.replica.admission import SloAdmission
-from clustersim.replica.batching import BatchingPolicy, StepLimits
+from clustersim.replica.batching import BatchingPolicy, PolicyBase, StepLimits
 from clustersim.replica.builder import Builder
 from clustersim.replica.queues import WaitingQueue
 from clustersim.replica.seats import Seat, SeatSet
@@ -87,12 +87,13 @@ class Core:
         self.num_preemptions = 0
         self.num_swaps = 0
         self._shapes: dict[int, DecodeStepShape] = {}
+        self._may_hold = type(policy).hold_until_s is not PolicyBase.hold_until_s
 
     # ------------------------------------------------------------------ queues
     @property
     def num_outstanding(self) -> int:
         """Requests queued or holding a seat here."""
-        return len(self.waiting) + len(self.deferred) + len(self.seats) + len(self.swapped)
+        return len(self.waiting) + len(self.deferred) + len(self.seats.seats) + len(self.swapped)
 
     def head(self) -> Request | None:
         """The request admission considers next."""
@@ -155,7 +156,9 @@ class Core:
     # ------------------------------------------------------------------ planning
     def hold_until_s(self, now_s: float) -> float | None:
         """Until when an idle replica holds off planning (static batch wait); None: plan now."""
-        return self.policy.hold_until_s(now_s, len(self.seats), self.waiting)
+        if self.seats.seats or not self._may_hold:
+            return None
+        return self.policy.hold_until_s(now_s, 0, self.waiting)
 
     def plan(self, now_s: float) -> Step | None:
         """Decide the next step (or run of decode steps); None when there is nothing to do."""
@@ -170,7 +173,7 @@ class Core:
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
-            if self.num_outstanding - len(self.seats):
+            if self.num_outstanding - len(self.seats.seats):
                 raise ReplicaStalledError(
                     f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
                 )
@@ -232,8 +235,7 @@ class Core:
     def end(self, step: Step, num_steps: int, now_s: float) -> None:
         """Account for the first ``num_steps`` steps of ``step``, which ended at ``now_s``."""
         first = step.first_index
-        pattern = self.kv.growth_pattern(first) if num_steps > 1 else []
-        grown = self.kv.grow_through(first + 1, first + num_steps - 1)
+        grown = self.kv.grow_through(first + 1, first + num_steps - 1) if num_steps > 1 else 0
         # the decode index of the last step; a step that pauses the decodes sits just before the next one
         last_index = first + num_steps - 1 if step.advances else first - 1
         num_first_tokens = 0
@@ -259,7 +261,7 @@ class Core:
             step.num_preempted,
             len(self.waiting) + len(self.deferred),
         )
-        self._record_memory(step, num_steps, now_s, last_index, grown, pattern)
+        self._record_memory(step, num_steps, now_s, last_index, grown)
         if step.advances:
             self.seats.decode_index = first + num_steps
         if step.anchor is not None:
@@ -267,44 +269,55 @@ class Core:
         for seat in self.seats.pop_finished(last_index):
             self.finish(seat, last_index, now_s)
 
-    def _record_memory(
-        self, step: Step, num_steps: int, now_s: float, last_index: int, grown: int, pattern: list[int]
-    ) -> None:
+    def _record_memory(self, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> None:
         """One ledger row for the steps just ended (before finished sequences retire)."""
         kv, seats = self.kv, self.seats
         bs = kv.block_size_tokens
-        filled = kv.filled_blocks + sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
+        filled = kv.filled_blocks
+        if seats.prefilling:
+            filled += sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
         cached = kv.num_cached_blocks
-        external = kv.external_frag_tokens(self.head())
-        span = SINGLE_STEP
+        external = kv.external_frag_tokens(self.head()) if kv.has_external_fragmentation else 0
         changed = step.external_changed_at_step
         if changed >= num_steps:  # every step it covers ended before the waiting head changed
             external = step.external_before_tokens
+        span = None
         if num_steps > 1 and step.anchor is not None:
-            n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
-            shape = step.anchor.shape
-            duration_s, index_integral_s, growth_integral_s = run_integrals(shape, context, n, num_steps, pattern)
-            span = RunSpan(
-                num_steps=num_steps,
-                tokens_per_step=n,
-                grown_blocks=grown,
-                growing=kv.growing,
-                duration_s=duration_s,
-                index_integral_s=index_integral_s,
-                growth_integral_s=growth_integral_s,
-                external_before_tokens=step.external_before_tokens,
-                external_changed_after_s=run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0,
-            )
-        end = LedgerEnd(
-            total_blocks=kv.pool.num_total_blocks,
-            stored_tokens=seats.stored_tokens(last_index),
-            filled_blocks=filled,
-            used_blocks=kv.pool.num_used_blocks - cached,
-            cached_blocks=cached,
-            external_tokens=external,
+            span = self._run_span(step, num_steps, grown, changed)
+        row = ledger_row(
+            kv.pool.num_total_blocks,
+            seats.stored_tokens(last_index),
+            filled,
+            kv.pool.num_used_blocks - cached,
+            cached,
+            external,
+            bs,
+            kv.spec.bytes_per_token,
+            span,
         )
-        row = ledger_row(end, span, bs, kv.spec.bytes_per_token)
         self.log.memory.append(self.spec.index, step.started_at_s, now_s - step.started_at_s, *row)
+
+    def _run_span(self, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:
+        """How the ledger's values moved over the run's steps (closed-form time integrals)."""
+        n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
+        assert step.anchor is not None
+        shape, first = step.anchor.shape, step.first_index
+        kv = self.kv
+        duration_s, index_integral_s, growth_integral_s = run_integrals(
+            shape, context, n, num_steps, lambda s: kv.growth_at(first + s), kv.block_size_tokens
+        )
+        changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
+        return RunSpan(
+            num_steps,
+            n,
+            grown,
+            kv.growing,
+            duration_s,
+            index_integral_s,
+            growth_integral_s,
+            step.external_before_tokens,
+            changed_after_s,
+        )
 
     # ------------------------------------------------------------------ sequence lifecycle
     def seat(self, request: Request, hit: list[Segment], cached: int, now_s: float) -> Seat:

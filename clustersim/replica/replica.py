@@ -80,15 +80,17 @@ class Replica:
     # ------------------------------------------------------------------ the loop
     def _run(self) -> Generator[simpy.Event, Any, None]:
         clock, core = self.clock, self.core
+        end_priority, plan_priority = self._end_priority, self._plan_priority
         while True:
-            if clock.has_other_events_now():  # plan after every arrival and step end of this instant
-                yield clock.timer_at(clock.now, self._plan_priority)
-            hold_s = core.hold_until_s(clock.now)
+            now = clock.now
+            if clock.peek() == now:  # plan after every arrival and step end of this instant
+                yield clock.timer_at(now, plan_priority)
+            hold_s = core.hold_until_s(now)
             if hold_s is not None:
-                yield clock.any_of([self._arm_wakeup(), clock.timer_at(hold_s, self._plan_priority)])
+                yield clock.any_of([self._arm_wakeup(), clock.timer_at(hold_s, plan_priority)])
                 self._wakeup = None
                 continue
-            step = core.plan(clock.now)
+            step = core.plan(now)
             if step is None:
                 yield self._arm_wakeup()
                 self._wakeup = None
@@ -96,7 +98,7 @@ class Replica:
             core.in_flight = step
             while True:
                 try:
-                    yield clock.timer_at(step.ends_at_s, self._end_priority)
+                    yield clock.timer_at(step.ends_at_s, end_priority)
                     break
                 except simpy.Interrupt:  # an arrival moved the end earlier: wait for the new one
                     pass

@@ -135,6 +135,8 @@ class SeatSet:
         """Live seats whose last token was made at or before decode step ``last_index``, in finish order."""
         heap = self._finish_heap
         done: list[Seat] = []
+        if not heap or heap[0][0] > last_index:
+            return done
         while heap and heap[0][0] <= last_index:
             seat = heapq.heappop(heap)[2]
             if seat.alive:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.cost.base import DecodeStepShape, StepBatch
-from clustersim.cost.runs import run_duration_s, steps_done_by
+from clustersim.cost.runs import run_duration_s
 from clustersim.replica.seats import Seat
 
 
@@ -107,12 +107,10 @@ class Step:
         start: the same instant) at that time has already been processed."""
         if self.anchor is None or self.num_steps == 1:
             return 1 if passed(self.ends_at_s) else 0
-        anchor, total = self.anchor, self.num_steps
-        offset = self.first_index - anchor.first_index
-        shape, context, n = anchor.shape, anchor.first_context_tokens, anchor.num_seqs
-        # an estimate from the closed form, corrected with the exact boundary times
-        elapsed_s = max(0.0, now_s - anchor.started_at_s)
-        done = steps_done_by(shape, context, n, offset + total, elapsed_s) - offset
+        total = self.num_steps
+        # an estimate from the mean step, corrected with the exact boundary times
+        span_s = self.ends_at_s - self.started_at_s
+        done = int((now_s - self.started_at_s) * total / span_s) if span_s > 0 else 0
         done = min(max(done, 0), total)
         while done > 0 and not passed(self.end_of(done)):
             done -= 1
