@@ -55,23 +55,28 @@ class Clock(simpy.Environment):
     def __init__(self) -> None:
         super().__init__()
         self.num_events = 0
-        self.active_priority = 0  # priority of the event being processed
+        # the highest priority processed so far at the current instant: every event due now with a
+        # priority at most this has run (new events may still be scheduled now, at lower priorities)
+        self.instant_priority = HORIZON_PRIORITY
 
     def step(self) -> None:
         queue = self._queue
         if queue:
-            self.active_priority = queue[0][1]
+            at_s, priority = queue[0][0], queue[0][1]
+            if at_s > self._now or priority > self.instant_priority:
+                self.instant_priority = priority
         self.num_events += 1
         super().step()
+
+    def note_processed(self, priority: int) -> None:
+        """Something with ``priority`` ran now without an event of its own (nothing else was due before it)."""
+        if priority > self.instant_priority:
+            self.instant_priority = priority
 
     def timer_at(self, at_s: float, priority: int) -> Timer:
         """An event firing at absolute time ``at_s`` (not before now) with ``priority``."""
         return Timer(self, at_s, priority)
 
-    def has_other_events_now(self) -> bool:
-        """Whether some event other than the one being processed is due at the current instant."""
-        return self.peek() == self.now
-
     def passed(self, at_s: float, priority: int) -> bool:
         """Whether an event at ``(at_s, priority)`` would already have been processed by now."""
-        return at_s < self.now or (at_s == self.now and priority < self.active_priority)
+        return at_s < self._now or (at_s == self._now and priority <= self.instant_priority)

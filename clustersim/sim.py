@@ -79,6 +79,13 @@ def resolve_resources(scenario: Scenario, source: str, catalogue: Catalogue) -> 
             "scheduler.slo_admission",
             f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
         )
+    if scenario.kv.prefix_caching and scenario.kv.preemption == "swap":
+        raise ConfigError(
+            source,
+            "kv.preemption",
+            "swap cannot be combined with kv.prefix_caching (a swapped-out sequence would hold cached blocks "
+            "other sequences share); use recompute, which reuses the cached prefix when the request comes back",
+        )
     if scenario.kv.prefix_caching and scenario.scheduler.policy == "static":
         raise ConfigError(
             source,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,20 @@ def read_requests(result: RunResult) -> list[dict[str, Any]]:
 def read_steps(result: RunResult) -> list[dict[str, Any]]:
     """steps.parquet rows in order."""
     return pq.read_table(result.out_dir / "steps.parquet").to_pylist()
+
+
+def assert_same_summary(fast: Any, step: Any, path: str = "") -> None:
+    """Two summaries agree: equal counts and strings, floats to rounding (the event count aside)."""
+    if isinstance(step, dict):
+        assert set(fast) == set(step), path
+        for key in step:
+            if key not in ("num_events", "fast_forward"):
+                assert_same_summary(fast[key], step[key], f"{path}.{key}")
+    elif isinstance(step, list):
+        assert len(fast) == len(step), path
+        for i, (f, s) in enumerate(zip(fast, step, strict=True)):
+            assert_same_summary(f, s, f"{path}[{i}]")
+    elif isinstance(step, float) and isinstance(fast, float):
+        assert math.isclose(fast, step, rel_tol=1e-9, abs_tol=1e-12), (path, fast, step)
+    else:
+        assert fast == step, (path, fast, step)

@@ -88,7 +88,8 @@ class KVManager:
             full = request.prompt_tokens // seg_tokens
             return [(("hash", h), seg_tokens // bs) for h in request.prefix_hash_ids[:full]]
         shared = min(self.spec.shared_prefix_tokens.get(request.tenant, 0), request.prompt_tokens) // bs
-        return [(("system", request.tenant), shared)] if shared else []
+        # keyed by its length too: a prompt shorter than the system prompt holds only its leading part
+        return [(("system", request.tenant, shared), shared)] if shared else []
 
     def prefix_hit(self, request: Lengths) -> tuple[list[Segment], int]:
         """The cached leading segments a request would reuse, and their tokens (one token is always prefilled)."""

@@ -118,7 +118,9 @@ class Core:
             )
         return self.kv.rejection_reason(request)
 
-    def enqueue(self, request: Request, now_s: float, ended: Passed) -> Literal["rejected", "queued", "cut"]:
+    def enqueue(
+        self, request: Request, now_s: float, ended: Passed, planned: Passed
+    ) -> Literal["rejected", "queued", "cut"]:
         """Accept a routed request, or reject it now; ``cut``: it is queued and the run in flight must
         end at an earlier boundary."""
         request.replica = self.spec.index
@@ -132,17 +134,21 @@ class Core:
             return "queued"
         old_head = self.head()
         self.waiting.push(request)
-        if self.head() is not old_head and self._head_changed(step, old_head, now_s, ended):
+        if self.head() is not old_head and self._head_changed(step, old_head, now_s, ended, planned):
             return "cut"
         return "queued"
 
-    def _head_changed(self, step: Step, old_head: Request | None, now_s: float, ended: Passed) -> bool:
-        """A new waiting head during a run: the plan must see it at the next boundary."""
+    def _head_changed(
+        self, step: Step, old_head: Request | None, now_s: float, ended: Passed, planned: Passed
+    ) -> bool:
+        """A new waiting head during a run: the next plan that has not happened yet must see it."""
         num_ended = step.count_ended(now_s, ended)
         if step.external_changed_at_step < 0:  # the steps ended so far saw the old head
             step.external_changed_at_step = num_ended
             step.external_before_tokens = self.kv.external_frag_tokens(old_head)
-        boundary = num_ended if num_ended and step.end_of(num_ended) == now_s else num_ended + 1
+        boundary = num_ended + 1
+        if num_ended and step.end_of(num_ended) == now_s and not planned(now_s):
+            boundary = num_ended  # the plan at this very boundary is still to come
         if boundary >= step.num_steps:
             return False
         step.set_length(boundary)

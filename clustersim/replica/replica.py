@@ -65,7 +65,7 @@ class Replica:
     # ------------------------------------------------------------------ arrivals
     def enqueue(self, request: Request) -> None:
         """Accept a routed request: queue it (waking an idle replica), or reject it if it can never be served."""
-        outcome = self.core.enqueue(request, self.clock.now, self._ended)
+        outcome = self.core.enqueue(request, self.clock.now, self._ended, self._planned)
         if outcome == "cut":
             self.process.interrupt()  # the run in flight ends at an earlier boundary
         elif outcome == "queued" and self._wakeup is not None and not self._wakeup.triggered:
@@ -85,6 +85,8 @@ class Replica:
             now = clock.now
             if clock.peek() == now:  # plan after every arrival and step end of this instant
                 yield clock.timer_at(now, plan_priority)
+            else:  # nothing else is due now: planning at once is planning at this priority
+                clock.note_processed(plan_priority)
             hold_s = core.hold_until_s(now)
             if hold_s is not None:
                 yield clock.any_of([self._arm_wakeup(), clock.timer_at(hold_s, plan_priority)])
