@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
+from clustersim.config.scenario import Precision
 
-Precision = Literal["bf16", "fp16", "fp8", "fp4"]
 BYTES_PER_ELEMENT: dict[Precision, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 RATE_PER_REPLICA_PER_S = 4.5
 

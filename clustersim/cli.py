@@ -21,7 +21,7 @@ from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ClusterSimError, did_you_mean
 from clustersim.invariants import InvariantViolation
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 3

@@ -17,7 +17,7 @@ from typing import Any
 
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 COLUMNS = (
     ("variant", "variant", None),

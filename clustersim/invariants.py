@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
-from clustersim.eventlog import LEDGER_CATEGORIES
+from clustersim.records import LEDGER_CATEGORIES
 
 
 class InvariantViolation(AssertionError):

@@ -37,30 +37,3 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._entries)
-
-
-def default_registries():  # type: ignore[no-untyped-def]
-    """The cost-model and router registries (transitional)."""
-    from clustersim import router as r
-    from clustersim.cost.roofline import RooflineCostModel
-    from clustersim.cost.unit import UnitCostModel
-
-    costs = Registry(
-        "cost model",
-        [
-            ("roofline", lambda config, model, gpu, tp: RooflineCostModel(model, gpu, tp)),
-            ("unit", lambda config, model, gpu, tp: UnitCostModel(config.step_time_s)),
-        ],
-    )
-    routers = Registry(
-        "router",
-        [
-            ("round_robin", r.make_round_robin),
-            ("random", r.make_random),
-            ("least_outstanding", r.make_least_outstanding),
-            ("least_kv", r.make_least_kv),
-            ("power_of_two", r.make_power_of_two),
-            ("affinity", r.make_affinity),
-        ],
-    )
-    return costs, routers

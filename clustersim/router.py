@@ -23,6 +23,7 @@ from clustersim.config.scenario import (
     RoundRobinRouter,
     RouterConfig,
 )
+from clustersim.registry import Registry
 from clustersim.workload.request import Request
 
 ROUTER_STREAM_KEY = zlib.crc32(b"router")  # the router's random stream: spawn key (ROUTER_STREAM_KEY,)
@@ -218,3 +219,16 @@ def make_power_of_two(config: RouterConfig, seed: int) -> Router:
 def make_affinity(config: RouterConfig, seed: int) -> Router:
     assert isinstance(config, AffinityRouter)
     return Affinity(config)
+
+
+ROUTERS: Registry[RouterFactory] = Registry(
+    "router",
+    [
+        ("round_robin", make_round_robin),
+        ("random", make_random),
+        ("least_outstanding", make_least_outstanding),
+        ("least_kv", make_least_kv),
+        ("power_of_two", make_power_of_two),
+        ("affinity", make_affinity),
+    ],
+)

@@ -63,7 +63,7 @@ def _cases() -> list[tuple[str, str]]:
 def _run(case: tuple[str, str, bool]) -> tuple[str, dict[str, Any]]:
     case_id, target, fast = case
     from clustersim.config.loader import LoadedScenario, load_scenario, scenario_from_mapping
-    from clustersim.sim import run_scenario
+    from clustersim.runner import run_scenario
 
     if target.startswith("bench:"):
         from clustersim.bench import CASES, bench_scenario

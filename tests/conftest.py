@@ -13,7 +13,7 @@ import pytest
 from hypothesis import settings
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
-from clustersim.sim import RunResult, run_scenario
+from clustersim.runner import RunResult, run_scenario
 
 # CI draws the same examples every run (a failure there is a regression, never a new random find);
 # locally, each run draws new random examples and keeps failures in .hypothesis/ to replay.

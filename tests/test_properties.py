@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
-from clustersim.sim import RunResult, run_scenario
+from clustersim.runner import RunResult, run_scenario
 
 requests_strategy = st.lists(
     st.tuples(st.floats(0, 30, allow_nan=False), st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from conftest import explicit_scenario, read_requests
 
-from clustersim.config.scenario import AffinityRouter, RandomRouter, RoundRobinRouter
-from clustersim.registry import Registry, default_registries
+from clustersim.config.scenario import AffinityRouter
 from clustersim.router import (
     Affinity,
     LeastKV,
@@ -134,17 +133,6 @@ def test_affinity_overload_rule(home_load, min_load, stays):
     assert router.choose(request(session_id=5), replicas) == (0 if stays else 1)
     replicas[0].num_outstanding = replicas[1].num_outstanding = 0
     assert router.choose(request(session_id=5), replicas) == (0 if stays else 1)  # the key moved with it
-
-
-def test_router_registry():
-    _, routers = default_registries()
-    assert routers.names() == ["round_robin", "random", "least_outstanding", "least_kv", "power_of_two", "affinity"]
-    assert isinstance(routers.get("round_robin")(RoundRobinRouter(), 0), RoundRobin)
-    assert isinstance(routers.get("random")(RandomRouter(kind="random"), 0), RandomChoice)
-    with pytest.raises(ValueError, match="router 'random' is already registered"):
-        routers.register("random", routers.get("random"))
-    with pytest.raises(KeyError, match="no router named 'x'"):
-        Registry[int]("router").get("x")
 
 
 # ----------------------------------------------------------------------------- exact routing in runs

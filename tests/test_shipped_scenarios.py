@@ -9,7 +9,7 @@ import yaml
 from conftest import SCENARIOS
 
 from clustersim.config.loader import load_scenario
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 SELF_CONTAINED = [
     p for p in sorted(SCENARIOS.glob("*.yaml")) if "../shared" not in p.read_text() and "shared/" not in p.read_text()

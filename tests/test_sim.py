@@ -14,7 +14,7 @@ from clustersim import __version__
 from clustersim.config.loader import load_scenario
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ConfigError
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 CHAT = {
     "name": "chat",

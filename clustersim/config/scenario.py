@@ -17,8 +17,12 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    field_validator,
     model_validator,
 )
+
+from clustersim.errors import did_you_mean
+from clustersim.replica.batching import POLICIES
 
 
 class StrictModel(BaseModel):
@@ -407,7 +411,8 @@ class Workload(StrictModel):
 
 
 # ----------------------------------------------------------------------------- cluster
-WeightPrecision = Literal["bf16", "fp16", "fp8", "fp4"]
+Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # number formats of weights and KV caches
+WeightPrecision = Precision
 KVPrecision = Literal["bf16", "fp16", "fp8"]
 
 
@@ -575,6 +580,9 @@ Ordering = Annotated[
 ]
 
 
+SloAdmissionMode = Literal["off", "defer", "shed"]
+
+
 class Scheduler(StrictModel):
     """The per-replica iteration scheduler.
 
@@ -587,18 +595,31 @@ class Scheduler(StrictModel):
     target; ``defer`` moves it behind requests that still can.
     """
 
-    policy: Literal["static", "continuous", "vllm", "chunked_prefill"] = "continuous"
+    policy: str = "continuous"
     max_num_seqs: PositiveInt = 256
     max_num_batched_tokens: PositiveInt = 8192
     batch_wait_s: NonNegativeFloat = 0.0
     ordering: Ordering = FcfsOrdering()
-    slo_admission: Literal["off", "defer", "shed"] = "off"
+    slo_admission: SloAdmissionMode = "off"
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, policy: str) -> str:
+        if policy not in POLICIES:
+            known = ", ".join(POLICIES.names())
+            raise ValueError(f"unknown policy '{policy}'{did_you_mean(policy, POLICIES.names())}; known: {known}")
+        return policy
 
     @model_validator(mode="after")
     def _static_only_waits(self) -> Scheduler:
         if self.batch_wait_s > 0 and self.policy != "static":
             raise ValueError(f"batch_wait_s applies to policy static only, not {self.policy}")
         return self
+
+
+AllocatorKind = Literal["paged", "contiguous"]
+ReserveMode = Literal["max_output", "max_model_len"]
+PreemptionMode = Literal["recompute", "swap"]
 
 
 class KVCache(StrictModel):
@@ -617,17 +638,17 @@ class KVCache(StrictModel):
     as headroom for running sequences to grow into.
     """
 
-    allocator: Literal["paged", "contiguous"] = "paged"
+    allocator: AllocatorKind = "paged"
     block_size_tokens: PositiveInt = 16
     gpu_memory_frac: float = Field(default=0.9, gt=0.0, le=1.0)
     num_blocks: PositiveInt | None = None
     watermark_frac: float = Field(default=0.0, ge=0.0, lt=1.0)
-    reserve: Literal["max_output", "max_model_len"] = "max_output"
+    reserve: ReserveMode = "max_output"
     max_output_tokens: PositiveInt = 2048
     max_model_len_tokens: PositiveInt | None = None
     prefix_caching: bool = False
     prefix_block_tokens: PositiveInt = 512
-    preemption: Literal["recompute", "swap"] = "recompute"
+    preemption: PreemptionMode = "recompute"
     host_swap_bytes: NonNegativeFloat = 4 * 2**30
 
     @model_validator(mode="after")

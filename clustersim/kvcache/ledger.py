@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from clustersim.records import MemoryRecord
+
 
 class RunSpan(NamedTuple):
     """How the values moved over the steps a row covers.
@@ -39,10 +41,10 @@ class RunSpan(NamedTuple):
     external_changed_after_s: float = 0.0
 
 
-LedgerRow = tuple[float, float, float, float, float, float, float, float]
-
-
 def ledger_row(
+    replica: int,
+    started_at_s: float,
+    duration_s: float,
     total_blocks: int,
     stored_tokens: int,
     filled_blocks: int,
@@ -52,8 +54,8 @@ def ledger_row(
     block_size_tokens: int,
     bytes_per_token: float,
     span: RunSpan | None = None,
-) -> LedgerRow:
-    """``(capacity, stored, internal_frag, reserved_unused, external_frag, cached_prefix, free, min_free)`` bytes.
+) -> MemoryRecord:
+    """The ledger row of the step (or run of steps) of ``replica`` that started at ``started_at_s``.
 
     The arguments are the replica's KV at the end of the last step the row covers: blocks the stored
     tokens fill (prefilling sequences included), blocks the sequences hold (cached prefix blocks
@@ -81,13 +83,16 @@ def ledger_row(
             ) / span.duration_s
             worst_external = max(worst_external, span.external_before_tokens)
     free = (total - used - cached) * bs
-    return (
-        total * bs * b,
-        stored * b,
-        (filled * bs - stored) * b,
-        (used - filled) * bs * b,
-        external * b,
-        cached * bs * b,
-        (free - external) * b,
-        (last_free - worst_external) * b,
+    return MemoryRecord(
+        replica=replica,
+        started_at_s=started_at_s,
+        duration_s=duration_s,
+        capacity_bytes=total * bs * b,
+        stored_bytes=stored * b,
+        internal_frag_bytes=(filled * bs - stored) * b,
+        reserved_unused_bytes=(used - filled) * bs * b,
+        external_frag_bytes=external * b,
+        cached_prefix_bytes=cached * bs * b,
+        free_bytes=(free - external) * b,
+        min_free_bytes=(last_free - worst_external) * b,
     )

@@ -10,13 +10,11 @@ would act on the head: :meth:`SloAdmission.acts_on` is the one predicate both pa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
 
+from clustersim.config.scenario import SloAdmissionMode
 from clustersim.cost.base import CostModel, StepBatch
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.workload.request import Request
-
-SloAdmissionMode = Literal["off", "defer", "shed"]
 
 
 def misses_ttft(request: Request, now_s: float, prefill_s: float, ttft_target_s: float) -> bool:

@@ -54,6 +54,7 @@ class Builder:
         "includes_decodes",
         "now_s",
         "num_preempted",
+        "num_swapped_out",
         "swap_blocks",
     )
 
@@ -65,6 +66,7 @@ class Builder:
         self.chunk_tokens = 0
         self.includes_decodes = False
         self.num_preempted = 0
+        self.num_swapped_out = 0
         self.swap_blocks = 0  # blocks copied over PCIe (out or in) by this step
 
     # ------------------------------------------------------------------ views
@@ -93,7 +95,9 @@ class Builder:
         short = core.kv.grow(d)
         for seq in short:  # admission order, as each would take its block in turn
             while seq.alive and core.kv.pool.num_free_blocks == 0:
-                self.swap_blocks += core.preempt(core.seats.newest(), d)
+                copied = core.preempt(core.seats.newest(), d)
+                self.swap_blocks += copied
+                self.num_swapped_out += copied > 0
                 self.num_preempted += 1
             if seq.alive:
                 core.kv.grow_one()

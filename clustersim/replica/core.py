@@ -30,6 +30,7 @@ from clustersim.kvcache.ledger import RunSpan, ledger_row
 from clustersim.kvcache.manager import KVManager
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
+from clustersim.records import StepRecord
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.batching import BatchingPolicy, PolicyBase, StepLimits
 from clustersim.replica.builder import Builder
@@ -138,9 +139,7 @@ class Core:
             return "cut"
         return "queued"
 
-    def _head_changed(
-        self, step: Step, old_head: Request | None, now_s: float, ended: Passed, planned: Passed
-    ) -> bool:
+    def _head_changed(self, step: Step, old_head: Request | None, now_s: float, ended: Passed, planned: Passed) -> bool:
         """A new waiting head during a run: the next plan that has not happened yet must see it."""
         num_ended = step.count_ended(now_s, ended)
         if step.external_changed_at_step < 0:  # the steps ended so far saw the old head
@@ -187,6 +186,7 @@ class Core:
         d = builder.decode_index
         advances = builder.includes_decodes or self.seats.num_decode == 0
         step = Step(now_s, d, batch, builder.chunks, builder.num_preempted, advances)
+        step.num_swapped_out = builder.num_swapped_out
         n = batch.num_decode_seqs
         if builder.chunks or builder.swap_blocks:  # priced as one iteration, PCIe copies included
             self.anchor = None
@@ -251,21 +251,26 @@ class Core:
                 if seat.request.num_emitted_tokens == 0:
                     seat.request.first_token_at_s = now_s
                 self.start_decoding(seat, last_index)
+        if num_first_tokens and self.kv.grown_through < last_index:  # their blocks cover step last_index
+            self.kv.grown_through = last_index
         batch, pool = step.batch, self.kv.pool
         self.log.steps.append(
-            self.spec.index,
-            step.started_at_s,
-            now_s - step.started_at_s,
-            num_steps,
-            batch.num_seqs,
-            len(step.chunks),
-            batch.num_prefill_tokens,
-            batch.num_decode_seqs,
-            batch.num_decode_seqs + num_first_tokens,
-            pool.num_used_blocks,
-            pool.num_total_blocks,
-            step.num_preempted,
-            len(self.waiting) + len(self.deferred),
+            StepRecord(
+                replica=self.spec.index,
+                started_at_s=step.started_at_s,
+                duration_s=now_s - step.started_at_s,
+                num_steps=num_steps,
+                num_seqs=batch.num_seqs,
+                num_prefill_seqs=len(step.chunks),
+                num_prefill_tokens=batch.num_prefill_tokens,
+                num_decode_tokens=batch.num_decode_seqs,
+                num_emitted_tokens=batch.num_decode_seqs + num_first_tokens,
+                kv_used_blocks=pool.num_used_blocks,
+                kv_total_blocks=pool.num_total_blocks,
+                num_preemptions=step.num_preempted,
+                num_waiting=len(self.waiting) + len(self.deferred),
+                num_swaps=step.num_swapped_out,
+            )
         )
         self._record_memory(step, num_steps, now_s, last_index, grown)
         if step.advances:
@@ -290,7 +295,10 @@ class Core:
         span = None
         if num_steps > 1 and step.anchor is not None:
             span = self._run_span(step, num_steps, grown, changed)
-        row = ledger_row(
+        record = ledger_row(
+            self.spec.index,
+            step.started_at_s,
+            now_s - step.started_at_s,
             kv.pool.num_total_blocks,
             seats.stored_tokens(last_index),
             filled,
@@ -301,7 +309,7 @@ class Core:
             kv.spec.bytes_per_token,
             span,
         )
-        self.log.memory.append(self.spec.index, step.started_at_s, now_s - step.started_at_s, *row)
+        self.log.memory.append(record)
 
     def _run_span(self, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:
         """How the ledger's values moved over the run's steps (closed-form time integrals)."""

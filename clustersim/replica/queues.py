@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from clustersim.config.scenario import FairShareOrdering, Ordering, PriorityOrdering, ShortestPromptFirstOrdering
+from clustersim.config.scenario import FairShareOrdering, Ordering, ShortestPromptFirstOrdering
+from clustersim.registry import Registry
 from clustersim.workload.request import Request
 
 
@@ -181,12 +182,38 @@ class FairShareQueue:
         return request
 
 
+QueueFactory = Callable[[Ordering, Mapping[str, int]], WaitingQueue]  # (config, tenant priorities) -> queue
+
+
+def _fcfs(ordering: Ordering, priorities: Mapping[str, int]) -> WaitingQueue:
+    return FcfsQueue()
+
+
+def _shortest_prompt_first(ordering: Ordering, priorities: Mapping[str, int]) -> WaitingQueue:
+    assert isinstance(ordering, ShortestPromptFirstOrdering)
+    return ShortestPromptFirstQueue(ordering.aging_tokens_per_s)
+
+
+def _priority(ordering: Ordering, priorities: Mapping[str, int]) -> WaitingQueue:
+    return PriorityQueue(priorities)
+
+
+def _fair_share(ordering: Ordering, priorities: Mapping[str, int]) -> WaitingQueue:
+    assert isinstance(ordering, FairShareOrdering)
+    return FairShareQueue(ordering.weights)
+
+
+ORDERINGS: Registry[QueueFactory] = Registry(
+    "ordering",
+    [
+        ("fcfs", _fcfs),
+        ("shortest_prompt_first", _shortest_prompt_first),
+        ("priority", _priority),
+        ("fair_share", _fair_share),
+    ],
+)
+
+
 def make_queue(ordering: Ordering, priorities: Mapping[str, int]) -> WaitingQueue:
     """The waiting queue for an ordering config (``priorities``: tenant name -> priority)."""
-    if isinstance(ordering, ShortestPromptFirstOrdering):
-        return ShortestPromptFirstQueue(ordering.aging_tokens_per_s)
-    if isinstance(ordering, PriorityOrdering):
-        return PriorityQueue(priorities)
-    if isinstance(ordering, FairShareOrdering):
-        return FairShareQueue(ordering.weights)
-    return FcfsQueue()
+    return ORDERINGS.get(ordering.kind)(ordering, priorities)

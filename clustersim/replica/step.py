@@ -67,6 +67,7 @@ class Step:
         "first_index",
         "num_preempted",
         "num_steps",
+        "num_swapped_out",
         "started_at_s",
     )
 
@@ -85,6 +86,7 @@ class Step:
         self.batch = batch
         self.chunks = chunks
         self.num_preempted = num_preempted
+        self.num_swapped_out = 0
         self.advances = advances
         self.anchor: DecodeAnchor | None = None
         self.ends_at_s = started_at_s

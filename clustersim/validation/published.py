@@ -51,7 +51,7 @@ from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError
 from clustersim.metrics import request_latencies
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 Metric = Literal[
     "tokens_per_s",

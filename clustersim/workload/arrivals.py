@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from numpy.typing import NDArray
 
 from clustersim.config.scenario import (
+    ArrivalProcess,
     ClosedLoopArrivals,
     DiurnalArrivals,
     ExplicitArrivals,
@@ -35,6 +36,7 @@ from clustersim.config.scenario import (
     ThinkTime,
     TraceArrivals,
 )
+from clustersim.registry import Registry
 from clustersim.workload.lengths import sample_lengths
 from clustersim.workload.traces import TenantData, TraceTable
 
@@ -150,18 +152,38 @@ def length_chunks(
         yield sample_lengths(dist, rng, DRAW_CHUNK, observed)
 
 
+TimesFactory = Callable[[ArrivalProcess, np.random.Generator], Iterator[NDArray[np.float64]]]
+
+
+def _poisson(arrival: ArrivalProcess, rng: np.random.Generator) -> Iterator[NDArray[np.float64]]:
+    assert isinstance(arrival, PoissonArrivals)
+    return poisson_times(arrival.rate_per_s, rng)
+
+
+def _gamma(arrival: ArrivalProcess, rng: np.random.Generator) -> Iterator[NDArray[np.float64]]:
+    assert isinstance(arrival, GammaArrivals)
+    return gamma_times(arrival.rate_per_s, arrival.cv, rng)
+
+
+def _stages(arrival: ArrivalProcess, rng: np.random.Generator) -> Iterator[NDArray[np.float64]]:
+    assert isinstance(arrival, StagedArrivals)
+    return staged_times(arrival, rng)
+
+
+def _diurnal(arrival: ArrivalProcess, rng: np.random.Generator) -> Iterator[NDArray[np.float64]]:
+    assert isinstance(arrival, DiurnalArrivals)
+    return diurnal_times(arrival, rng)
+
+
+OPEN_LOOP_TIMES: Registry[TimesFactory] = Registry(
+    "open-loop arrival process",
+    [("poisson", _poisson), ("gamma", _gamma), ("stages", _stages), ("diurnal", _diurnal)],
+)
+
+
 def _times(tenant: Tenant, seed: int) -> Iterator[NDArray[np.float64]]:
-    arrival = tenant.arrival
     rng = tenant_rng(seed, tenant.name, STREAM_ARRIVALS)
-    if isinstance(arrival, PoissonArrivals):
-        return poisson_times(arrival.rate_per_s, rng)
-    if isinstance(arrival, GammaArrivals):
-        return gamma_times(arrival.rate_per_s, arrival.cv, rng)
-    if isinstance(arrival, StagedArrivals):
-        return staged_times(arrival, rng)
-    if isinstance(arrival, DiurnalArrivals):
-        return diurnal_times(arrival, rng)
-    raise TypeError(f"{arrival.kind} arrivals have no open-loop arrival times")
+    return OPEN_LOOP_TIMES.get(tenant.arrival.kind)(tenant.arrival, rng)
 
 
 def _synthetic(tenant: Tenant, seed: int, data: TenantData) -> Iterator[ArrivalTuple]:
@@ -208,39 +230,72 @@ def replay(arrival: TraceArrivals, table: TraceTable) -> Iterator[TracedArrival]
         )
 
 
+StreamFactory = Callable[[Tenant, int, TenantData], "Iterator[ArrivalTuple] | Iterator[TracedArrival]"]
+
+
+def _explicit(tenant: Tenant, seed: int, data: TenantData) -> Iterator[ArrivalTuple]:
+    assert isinstance(tenant.arrival, ExplicitArrivals)
+    return iter([(r.arrival_at_s, r.prompt_tokens, r.output_tokens) for r in tenant.arrival.requests])
+
+
+def _replayed(tenant: Tenant, seed: int, data: TenantData) -> Iterator[TracedArrival]:
+    assert isinstance(tenant.arrival, TraceArrivals)
+    if data.trace is None:
+        raise ValueError(f"tenant '{tenant.name}' replays a trace that was not read")
+    return replay(tenant.arrival, data.trace)
+
+
+STREAMS: Registry[StreamFactory] = Registry(
+    "open-loop arrival stream",
+    [
+        *((kind, _synthetic) for kind in OPEN_LOOP_TIMES.names()),
+        ("explicit", _explicit),
+        ("trace", _replayed),
+    ],
+)
+
+
 def tenant_arrivals(
     tenant: Tenant, seed: int, data: TenantData | None = None
 ) -> Iterator[ArrivalTuple] | Iterator[TracedArrival]:
     """All requests of one open-loop tenant in arrival order (infinite for open-ended processes).
 
     ``data``: what the tenant read from disk (required for ``trace`` arrivals and for
-    ``empirical`` lengths drawn from a trace).
+    ``empirical`` lengths drawn from a trace). Closed-loop users are a SimPy process
+    (:mod:`clustersim.workload.source`), not a stream.
     """
-    arrival = tenant.arrival
-    data = data if data is not None else TenantData()
-    if isinstance(arrival, ExplicitArrivals):
-        return iter([(r.arrival_at_s, r.prompt_tokens, r.output_tokens) for r in arrival.requests])
-    if isinstance(arrival, TraceArrivals):
-        if data.trace is None:
-            raise ValueError(f"tenant '{tenant.name}' replays a trace that was not read")
-        return replay(arrival, data.trace)
-    if isinstance(arrival, ClosedLoopArrivals):
-        raise TypeError("closed-loop users are a SimPy process (clustersim.workload.source), not a stream")
-    return _synthetic(tenant, seed, data)
+    return STREAMS.get(tenant.arrival.kind)(tenant, seed, data if data is not None else TenantData())
 
 
 # ----------------------------------------------------------------------------- closed loop
+ThinkSampler = Callable[[ThinkTime, np.random.Generator], NDArray[np.float64]]
+
+
+def _fixed_think(think: ThinkTime, rng: np.random.Generator) -> NDArray[np.float64]:
+    assert isinstance(think, FixedTime)
+    return np.full(DRAW_CHUNK, think.time_s)
+
+
+def _exponential_think(think: ThinkTime, rng: np.random.Generator) -> NDArray[np.float64]:
+    assert isinstance(think, ExponentialTime)
+    return rng.exponential(think.mean_s, size=DRAW_CHUNK)
+
+
+def _lognormal_think(think: ThinkTime, rng: np.random.Generator) -> NDArray[np.float64]:
+    assert isinstance(think, LognormalTime)
+    return rng.lognormal(math.log(think.median_s), think.sigma, size=DRAW_CHUNK)
+
+
+THINK_TIMES: Registry[ThinkSampler] = Registry(
+    "think time", [("fixed", _fixed_think), ("exponential", _exponential_think), ("lognormal", _lognormal_think)]
+)
+
+
 def think_times(think: ThinkTime, rng: np.random.Generator) -> Iterator[NDArray[np.float64]]:
     """Endless chunks of think times (seconds)."""
+    sample = THINK_TIMES.get(think.kind)
     while True:
-        if isinstance(think, FixedTime):
-            yield np.full(DRAW_CHUNK, think.time_s)
-        elif isinstance(think, ExponentialTime):
-            yield rng.exponential(think.mean_s, size=DRAW_CHUNK)
-        elif isinstance(think, LognormalTime):
-            yield rng.lognormal(math.log(think.median_s), think.sigma, size=DRAW_CHUNK)
-        else:
-            raise TypeError(f"unknown think time {think!r}")
+        yield sample(think, rng)
 
 
 def closed_loop_draws(tenant: Tenant, seed: int, data: TenantData | None = None) -> Iterator[ThinkDraw]:

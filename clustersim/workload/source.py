@@ -14,9 +14,17 @@ from typing import Any
 
 import simpy
 
-from clustersim.config.scenario import ClosedLoopArrivals, Scenario
+from clustersim.config.scenario import ClosedLoopArrivals, Tenant
 from clustersim.errors import ClusterSimError
-from clustersim.workload.arrivals import ArrivalTuple, ThinkDraw, TracedArrival, closed_loop_draws, tenant_arrivals
+from clustersim.registry import Registry
+from clustersim.workload.arrivals import (
+    STREAMS,
+    ArrivalTuple,
+    ThinkDraw,
+    TracedArrival,
+    closed_loop_draws,
+    tenant_arrivals,
+)
 from clustersim.workload.request import Request
 from clustersim.workload.traces import TenantData
 
@@ -137,23 +145,45 @@ def closed_loop_user(
             )
 
 
-def start_workload(
-    env: simpy.Environment,
-    scenario: Scenario,
-    data: dict[str, TenantData],
-    budget: RequestBudget,
-    dispatch: Dispatch,
-    completions: Completions,
-) -> None:
+@dataclass(frozen=True)
+class Traffic:
+    """What every tenant's processes share: the clock, the seed, the data read from disk, the request
+    budget, where requests go and where completions come from."""
+
+    env: simpy.Environment
+    seed: int
+    data: dict[str, TenantData]
+    budget: RequestBudget
+    dispatch: Dispatch
+    completions: Completions
+
+
+def _start_stream(traffic: Traffic, tenant: Tenant) -> None:
+    arrivals = tenant_arrivals(tenant, traffic.seed, traffic.data.get(tenant.name))
+    traffic.env.process(arrival_process(traffic.env, tenant.name, arrivals, traffic.budget, traffic.dispatch))
+
+
+def _start_users(traffic: Traffic, tenant: Tenant) -> None:
+    arrival = tenant.arrival
+    assert isinstance(arrival, ClosedLoopArrivals)
+    draws = closed_loop_draws(tenant, traffic.seed, traffic.data.get(tenant.name))
+    env = traffic.env
+    for user in range(arrival.num_users):
+        start_s = user * arrival.ramp_up_s / arrival.num_users
+        env.process(
+            closed_loop_user(
+                env, tenant.name, user, start_s, draws, traffic.budget, traffic.dispatch, traffic.completions
+            )
+        )
+
+
+ARRIVALS: Registry[Callable[[Traffic, Tenant], None]] = Registry(
+    "arrival process",
+    [*((kind, _start_stream) for kind in STREAMS.names()), ("closed_loop", _start_users)],
+)
+
+
+def start_workload(traffic: Traffic, tenants: tuple[Tenant, ...]) -> None:
     """Start every tenant's processes (in tenant order; a closed-loop tenant's users in user order)."""
-    for tenant in scenario.workload.tenants:
-        tenant_data = data.get(tenant.name)
-        arrival = tenant.arrival
-        if isinstance(arrival, ClosedLoopArrivals):
-            draws = closed_loop_draws(tenant, scenario.seed, tenant_data)
-            for user in range(arrival.num_users):
-                start_s = user * arrival.ramp_up_s / arrival.num_users
-                env.process(closed_loop_user(env, tenant.name, user, start_s, draws, budget, dispatch, completions))
-        else:
-            arrivals = tenant_arrivals(tenant, scenario.seed, tenant_data)
-            env.process(arrival_process(env, tenant.name, arrivals, budget, dispatch))
+    for tenant in tenants:
+        ARRIVALS.get(tenant.arrival.kind)(traffic, tenant)

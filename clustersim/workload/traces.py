@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from numpy.typing import NDArray
 
 from clustersim.config.scenario import EmpiricalLengths, TraceArrivals, TraceColumns, TraceFile, Workload
 from clustersim.errors import ConfigError, did_you_mean
+from clustersim.registry import Registry
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length")
@@ -303,19 +305,24 @@ def in_time_order(table: TraceTable, out_of_order: str) -> TraceTable:
     )
 
 
+TraceReader = Callable[[Path, str, TraceColumns], TraceTable]  # (path, path as shown, columns) -> table
+
+TRACE_FORMATS: Registry[TraceReader] = Registry(
+    "trace format",
+    [
+        ("azure", lambda path, display, columns: _read_azure(path, display)),
+        ("mooncake", lambda path, display, columns: _read_mooncake(path, display)),
+        ("csv", _read_plain_csv),
+        ("parquet", _read_parquet),
+    ],
+)
+
+
 def read_trace(path: Path, trace: TraceFile) -> TraceTable:
     """Read and check one trace file (rows in file order)."""
     display = display_path(path)
     columns = trace.columns if trace.columns is not None else TraceColumns()
-    if trace.format == "azure":
-        table = _read_azure(path, display)
-    elif trace.format == "mooncake":
-        table = _read_mooncake(path, display)
-    elif trace.format == "csv":
-        table = _read_plain_csv(path, display, columns)
-    else:
-        table = _read_parquet(path, display, columns)
-    return _check(table)
+    return _check(TRACE_FORMATS.get(trace.format)(path, display, columns))
 
 
 # ----------------------------------------------------------------------------- a scenario's traces

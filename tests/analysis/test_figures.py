@@ -21,7 +21,7 @@ from analysis.throughput import tokens_per_s
 from analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
 from analysis.timeline import plot_timeline
 from clustersim.config.loader import LoadedScenario, load_scenario, read_yaml_mapping, scenario_from_mapping
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"

@@ -89,7 +89,7 @@ def test_valid_scenario_is_frozen():
         ),
         (
             lambda r: r.update(scheduler={"policy": "fifo"}),
-            "bad.yaml: scheduler.policy: input should be 'static', 'continuous', 'vllm' or 'chunked_prefill' (got 'fifo')",
+            "bad.yaml: scheduler.policy: unknown policy 'fifo'; known: static, continuous, vllm, chunked_prefill",
         ),
         (
             lambda r: r.update(cost={"kind": "unit", "step_time_s": "abc"}),

@@ -9,7 +9,7 @@ import pytest
 from conftest import SCENARIOS, explicit_scenario, read_requests, read_steps
 
 from clustersim.config.loader import load_scenario
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 from conftest import SCENARIOS
 
 from clustersim.config.loader import load_scenario
-from clustersim.sim import run_scenario
+from clustersim.runner import run_scenario
 
 NEEDS_SHARED = {"azure-conv-replay.yaml", "mooncake-conv-replay.yaml"}
 EXAMPLES = [

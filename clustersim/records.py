@@ -1,0 +1,121 @@
+"""The rows a run writes: one typed record per Parquet file, from which the schemas are derived.
+
+``requests.parquet`` has one :class:`RequestRecord` per request (written when it completes, is
+rejected, or the run ends); ``steps.parquet`` one :class:`StepRecord` per scheduler iteration, or
+per run of identical decode steps (``num_steps`` > 1); ``memory.parquet`` one :class:`MemoryRecord`
+per step or run: where the replica's KV capacity went (the ledger categories add up to
+``capacity_bytes``). Column names carry units. The simulator builds records by field name, the
+writers store them as they are, and the analysis layer reads columns by these names.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, NamedTuple, get_type_hints
+
+import pyarrow as pa
+
+from clustersim.workload.request import Request
+
+I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
+
+
+class RequestRecord(NamedTuple):
+    """One request's life. Times are absolute seconds; null for what never happened."""
+
+    request_id: Annotated[int, I64]
+    tenant: Annotated[str, STR]
+    replica: Annotated[int, I32]  # -1: never routed
+    prompt_tokens: Annotated[int, I64]
+    output_tokens: Annotated[int, I64]
+    arrival_at_s: Annotated[float, F64]
+    first_scheduled_at_s: Annotated[float | None, F64]
+    first_token_at_s: Annotated[float | None, F64]
+    finished_at_s: Annotated[float | None, F64]
+    status: Annotated[str, STR]  # completed | rejected | unfinished
+    num_preemptions: Annotated[int, I32]
+    num_emitted_tokens: Annotated[int, I64]
+    reject_reason: Annotated[str, STR]
+    session_id: Annotated[int, I64]  # -1: none
+    num_cached_prompt_tokens: Annotated[int, I64]  # found in the prefix cache at first admission
+
+    @classmethod
+    def of(cls, request: Request) -> RequestRecord:
+        return cls(
+            request_id=request.request_id,
+            tenant=request.tenant,
+            replica=request.replica,
+            prompt_tokens=request.prompt_tokens,
+            output_tokens=request.output_tokens,
+            arrival_at_s=request.arrival_at_s,
+            first_scheduled_at_s=_nan_to_none(request.first_scheduled_at_s),
+            first_token_at_s=_nan_to_none(request.first_token_at_s),
+            finished_at_s=_nan_to_none(request.finished_at_s),
+            status=request.status,
+            num_preemptions=request.num_preemptions,
+            num_emitted_tokens=request.num_emitted_tokens,
+            reject_reason=request.reject_reason,
+            session_id=request.session_id,
+            num_cached_prompt_tokens=request.num_cached_prompt_tokens,
+        )
+
+
+class StepRecord(NamedTuple):
+    """One iteration, or ``num_steps`` identical decode iterations; counts are per iteration."""
+
+    replica: Annotated[int, I32]
+    started_at_s: Annotated[float, F64]
+    duration_s: Annotated[float, F64]
+    num_steps: Annotated[int, I32]
+    num_seqs: Annotated[int, I32]
+    num_prefill_seqs: Annotated[int, I32]
+    num_prefill_tokens: Annotated[int, I64]
+    num_decode_tokens: Annotated[int, I64]
+    num_emitted_tokens: Annotated[int, I64]
+    kv_used_blocks: Annotated[int, I64]  # at the end of the last iteration
+    kv_total_blocks: Annotated[int, I64]
+    num_preemptions: Annotated[int, I32]
+    num_waiting: Annotated[int, I32]  # queued at the end
+    num_swaps: Annotated[int, I32]  # sequences swapped out to host memory by this step
+
+
+class MemoryRecord(NamedTuple):
+    """The KV ledger of one step or run: time-weighted means over its iterations, in bytes."""
+
+    replica: Annotated[int, I32]
+    started_at_s: Annotated[float, F64]
+    duration_s: Annotated[float, F64]
+    capacity_bytes: Annotated[float, F64]
+    stored_bytes: Annotated[float, F64]
+    internal_frag_bytes: Annotated[float, F64]
+    reserved_unused_bytes: Annotated[float, F64]
+    external_frag_bytes: Annotated[float, F64]
+    cached_prefix_bytes: Annotated[float, F64]
+    free_bytes: Annotated[float, F64]
+    min_free_bytes: Annotated[float, F64]  # the least free headroom of any of its iterations
+
+
+# the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet
+LEDGER_CATEGORIES = (
+    "stored_bytes",
+    "internal_frag_bytes",
+    "reserved_unused_bytes",
+    "external_frag_bytes",
+    "cached_prefix_bytes",
+    "free_bytes",
+)
+
+
+def schema_of(record: type[tuple[Any, ...]]) -> pa.Schema:
+    """The Parquet schema of a record type: its fields, in order, with their Arrow types."""
+    hints = get_type_hints(record, include_extras=True)
+    return pa.schema([(name, hints[name].__metadata__[0]) for name in record._fields])  # type: ignore[attr-defined]
+
+
+REQUEST_SCHEMA = schema_of(RequestRecord)
+STEP_SCHEMA = schema_of(StepRecord)
+MEMORY_SCHEMA = schema_of(MemoryRecord)
+
+
+def _nan_to_none(value: float) -> float | None:
+    return None if math.isnan(value) else value

@@ -1,0 +1,125 @@
+"""Run one scenario into a folder: plan it, simulate it, check the invariants, write the summary.
+
+The folder holds ``requests.parquet``, ``steps.parquet``, ``memory.parquet`` and ``summary.json``.
+While the run is going (and if it fails) an ``INCOMPLETE`` marker says its files are partial; each
+file is written under a temporary name and moved into place. The summary is computed from the
+Parquet logs and the plan alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from clustersim import __version__
+from clustersim.clock import Clock
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario
+from clustersim.config.scenario import Scenario
+from clustersim.eventlog import RunLog
+from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
+from clustersim.metrics import kv_summary, summarize
+from clustersim.runplan import RunPlan, plan_run
+from clustersim.sim import simulate
+from clustersim.workload.traces import load_workload_data
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Where a run's outputs are, and its summary."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+
+
+def scenario_metadata(scenario: Scenario) -> dict[str, str]:
+    """Key-value metadata stamped on every output file."""
+    resolved = scenario.model_dump_json()
+    return {
+        "clustersim.version": __version__,
+        "clustersim.scenario": resolved,
+        "clustersim.scenario_sha256": hashlib.sha256(resolved.encode("utf-8")).hexdigest(),
+    }
+
+
+def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:
+    """Run one scenario and write its logs and ``summary.json`` to ``out_dir``."""
+    plan = plan_run(loaded, catalogue)
+    workload_data = load_workload_data(plan.scenario.workload, plan.base_dir, plan.source)  # before any output
+    out_dir.mkdir(parents=True, exist_ok=True)
+    incomplete = out_dir / "INCOMPLETE"
+    incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
+    log = RunLog(out_dir, scenario_metadata(plan.scenario))
+    clock = Clock()
+    try:
+        replicas = simulate(plan, log, clock, workload_data)
+    except BaseException as exc:
+        log.abort()
+        incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
+        raise
+    log.close()
+    tables = {name: pq.read_table(out_dir / f"{name}.parquet") for name in ("requests", "steps", "memory")}
+    try:
+        ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
+        check_run(tables["requests"], tables["steps"], plan.scenario, ends, tables["memory"])
+    except InvariantViolation as exc:
+        incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
+        raise
+    summary = summarize_run(plan, tables["requests"], tables["steps"], tables["memory"])
+    summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
+    _write_json_atomically(out_dir / "summary.json", summary)
+    incomplete.unlink()
+    return RunResult(out_dir, summary)
+
+
+def makespan_s(requests: pa.Table, horizon_s: float | None) -> float:
+    """From time 0 to the last request's end (completion, or arrival if rejected), or to the horizon
+    if requests were still in flight there."""
+    status = requests.column("status")
+    if horizon_s is not None and pc.any(pc.equal(status, "unfinished")).as_py():
+        return float(horizon_s)
+    completed = pc.equal(status, "completed")
+    ends = pc.if_else(completed, requests.column("finished_at_s"), requests.column("arrival_at_s"))
+    latest = pc.max(ends).as_py()
+    return max(0.0, float(latest)) if latest is not None else 0.0
+
+
+def prefix_hit_rate(requests: pa.Table) -> float | None:
+    """Prompt tokens the prefix cache supplied, over the prompt tokens of every admitted request."""
+    admitted = requests.filter(pc.is_valid(requests.column("first_scheduled_at_s")))
+    looked_up = int(pc.sum(admitted.column("prompt_tokens")).as_py() or 0)
+    hits = int(pc.sum(admitted.column("num_cached_prompt_tokens")).as_py() or 0)
+    return hits / looked_up if looked_up else None
+
+
+def summarize_run(plan: RunPlan, requests: pa.Table, steps: pa.Table, memory: pa.Table) -> dict[str, Any]:
+    """``summary.json`` (the simulator's own figures aside) from the three logs and the plan."""
+    scenario = plan.scenario
+    span_s = makespan_s(requests, scenario.stop.horizon_s)
+    num_preemptions = int(np.asarray(requests.column("num_preemptions")).sum())
+    num_swaps = int(np.asarray(steps.column("num_swaps")).sum())
+    return {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "clustersim_version": __version__,
+        "kv_blocks_per_replica": [group.num_kv_blocks for group in plan.replica_groups()],
+        **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos),
+        "kv": kv_summary(
+            memory, num_preemptions, prefix_hit_rate(requests) if scenario.kv.prefix_caching else None, num_swaps
+        ),
+    }

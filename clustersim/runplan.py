@@ -1,0 +1,243 @@
+"""Scenario + catalogue -> a frozen run plan: every cross-field and catalogue check happens here.
+
+A scenario that validates field by field can still be impossible as a whole (a model that does not
+fit the GPU, SLO-aware admission without a TTFT target, prefix caching with a policy that reserves
+whole sequences). :func:`plan_run` finds each such problem, raises one :class:`ConfigError` naming
+the field, and otherwise resolves the profiles into plain numbers the simulation wires up
+(:mod:`clustersim.sim`). Nothing here starts a clock or writes a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustersim.architecture import (
+    GpuSpec,
+    ModelShape,
+    activation_reserve_bytes,
+    kv_bytes_per_token_per_gpu,
+    kv_capacity_blocks,
+    weight_bytes_per_gpu,
+)
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario
+from clustersim.config.scenario import SLO, ResolvedGroup, Scenario, tenant_slo
+from clustersim.cost import COST_MODELS, CostModel
+from clustersim.errors import ConfigError
+from clustersim.kvcache import ALLOCATORS, KVManager, KVSpec
+from clustersim.kvcache.sequence import Reservation, Reserve
+from clustersim.replica.batching import POLICIES, BatchingPolicy, StepLimits
+from clustersim.replica.core import ReplicaSpec
+
+GIB = 2.0**30
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """``count`` identical replicas: their model, GPU, parallelism, KV capacity and cost model."""
+
+    field_path: str  # where its settings come from, for messages
+    count: int
+    model: ModelShape
+    gpu: GpuSpec
+    tensor_parallel: int
+    pipeline_parallel: int
+    num_kv_blocks: int
+    kv_bytes_per_token: float  # over all the replica's GPUs
+    cost_model: CostModel  # shared by the group's replicas (its memoised prices too)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one run needs, resolved and checked; built only by :func:`plan_run`."""
+
+    scenario: Scenario
+    source: str  # the scenario's file, for messages
+    base_dir: Path  # relative trace and profile paths resolve here
+    groups: tuple[GroupPlan, ...]
+    policy: type[BatchingPolicy]
+    allocator: type[KVManager]
+    limits: StepLimits
+    reserve: Reserve
+    ttft_targets_s: Mapping[str, float]
+    tenant_slos: Mapping[str, SLO | None]
+    priorities: Mapping[str, int]
+
+    @property
+    def num_replicas(self) -> int:
+        return sum(group.count for group in self.groups)
+
+    def replica_groups(self) -> list[GroupPlan]:
+        """Each replica's group, in replica order."""
+        return [group for group in self.groups for _ in range(group.count)]
+
+    def kv_spec(self, group: GroupPlan) -> KVSpec:
+        """The KV cache of one replica of ``group``."""
+        kv = self.scenario.kv
+        block_bytes = group.kv_bytes_per_token * kv.block_size_tokens
+        return KVSpec(
+            num_blocks=group.num_kv_blocks,
+            reserve=self.reserve,
+            watermark_blocks=math.ceil(kv.watermark_frac * group.num_kv_blocks),
+            bytes_per_token=group.kv_bytes_per_token,
+            prefix_caching=kv.prefix_caching,
+            prefix_block_tokens=kv.prefix_block_tokens,
+            shared_prefix_tokens={t.name: t.shared_prefix_tokens for t in self.scenario.workload.tenants},
+            host_swap_blocks=int(kv.host_swap_bytes // block_bytes) if kv.preemption == "swap" else 0,
+        )
+
+    def replica_spec(self, index: int, group: GroupPlan) -> ReplicaSpec:
+        return ReplicaSpec(
+            index=index,
+            limits=self.limits,
+            max_model_len_tokens=group.model.max_model_len_tokens,
+            fast_forward=self.scenario.simulation.fast_forward,
+            pcie_bandwidth_bytes_per_s=group.gpu.pcie_bandwidth_bytes_per_s or 0.0,
+        )
+
+
+def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunPlan:
+    """Resolve and check a loaded scenario against the catalogue (the built-in one by default)."""
+    scenario, source = loaded.scenario, loaded.source
+    catalogue = dataclasses.replace(catalogue or Catalogue.builtin(), base_dir=loaded.base_dir)
+    policy = POLICIES.get(scenario.scheduler.policy)
+    ttft_targets = ttft_targets_s(scenario)
+    _check_scheduler(scenario, source, policy, ttft_targets)
+    groups = tuple(plan_group(scenario, group, source, catalogue) for group in scenario.cluster.resolved_groups())
+    sched = scenario.scheduler
+    return RunPlan(
+        scenario=scenario,
+        source=source,
+        base_dir=loaded.base_dir,
+        groups=groups,
+        policy=policy,
+        allocator=ALLOCATORS.get(scenario.kv.allocator),
+        limits=StepLimits(sched.max_num_seqs, sched.max_num_batched_tokens, sched.batch_wait_s),
+        reserve=kv_reserve(scenario, policy, groups[0].model.max_model_len_tokens),
+        ttft_targets_s=ttft_targets,
+        tenant_slos={tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
+        priorities={tenant.name: tenant.priority for tenant in scenario.workload.tenants},
+    )
+
+
+def _check_scheduler(
+    scenario: Scenario, source: str, policy: type[BatchingPolicy], ttft_targets: Mapping[str, float]
+) -> None:
+    """Settings that are fine alone but not together."""
+    if scenario.scheduler.slo_admission != "off" and not ttft_targets:
+        raise ConfigError(
+            source,
+            "scheduler.slo_admission",
+            f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
+        )
+    kv = scenario.kv
+    if kv.prefix_caching and kv.preemption == "swap":
+        raise ConfigError(
+            source,
+            "kv.preemption",
+            "swap cannot be combined with kv.prefix_caching (a swapped-out sequence would hold cached blocks "
+            "other sequences share); use recompute, which reuses the cached prefix when the request comes back",
+        )
+    if kv.prefix_caching and policy.whole_sequence_kv:
+        growing = ", ".join(name for name in POLICIES.names() if not POLICIES.get(name).whole_sequence_kv)
+        raise ConfigError(
+            source,
+            "kv.prefix_caching",
+            f"needs an iteration-level policy ({growing}): {policy.kind} reserves whole sequences",
+        )
+
+
+def kv_reserve(scenario: Scenario, policy: type[BatchingPolicy], model_max_len_tokens: int) -> Reserve:
+    """How sequences reserve KV blocks: contiguous regions, whole sequences (static), or growing."""
+    kv = scenario.kv
+    reservation: Reservation = "grow"
+    reserve_tokens = 0
+    if kv.allocator == "contiguous":
+        reservation = kv.reserve
+        reserve_tokens = (
+            kv.max_output_tokens if kv.reserve == "max_output" else kv.max_model_len_tokens or model_max_len_tokens
+        )
+    elif policy.whole_sequence_kv:
+        reservation = "sequence"
+    return Reserve(kv.block_size_tokens, reservation, reserve_tokens)
+
+
+def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
+    """Each tenant's TTFT target: its own SLO's, else the scenario's (tenants without one are absent)."""
+    targets: dict[str, float] = {}
+    for tenant in scenario.workload.tenants:
+        target = tenant.slo.ttft_s if tenant.slo is not None else None
+        if target is None and scenario.slo is not None:
+            target = scenario.slo.ttft_s
+        if target is not None:
+            targets[tenant.name] = target
+    return targets
+
+
+def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> GroupPlan:
+    """Look up one replica group's profiles, check the model fits, size the KV cache and build the cost model."""
+    where_from = group.field_path
+    hardware = catalogue.hardware(group.hardware, source, f"{where_from}.hardware")
+    model_profile = catalogue.model(scenario.cluster.model, source)
+    engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
+    model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
+    gpu = GpuSpec.from_profiles(hardware, engine)
+    tp, pp = group.tensor_parallel, group.pipeline_parallel
+    if model.num_attention_heads % tp:
+        raise ConfigError(
+            source,
+            f"{where_from}.tensor_parallel",
+            f"{tp} does not divide {model.name}'s {model.num_attention_heads} attention heads",
+        )
+    if pp > model.num_layers:
+        raise ConfigError(
+            source, f"{where_from}.pipeline_parallel", f"{pp} stages for {model.name}'s {model.num_layers} layers"
+        )
+    if scenario.kv.preemption == "swap" and not gpu.pcie_bandwidth_bytes_per_s:
+        raise ConfigError(
+            source, "kv.preemption", f"swap needs a PCIe bandwidth, which the {gpu.name} profile does not give"
+        )
+    num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from)
+    cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
+    kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
+    return GroupPlan(where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model)
+
+
+def kv_blocks(scenario: Scenario, model: ModelShape, gpu: GpuSpec, tp: int, pp: int, source: str, where: str) -> int:
+    """KV blocks per replica: what the GPU memory left by weights and activations holds, unless fixed."""
+    kv = scenario.kv
+    usable = gpu.memory_bytes * kv.gpu_memory_frac
+    weights = weight_bytes_per_gpu(model, tp, pp)
+    block = kv_bytes_per_token_per_gpu(model, tp, pp) * kv.block_size_tokens
+    layout = f"tensor_parallel {tp}" + (f" x pipeline_parallel {pp}" if pp > 1 else "")
+    memory = f"{usable / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)"
+    if kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp) < 1:
+        raise ConfigError(
+            source,
+            f"{where}.tensor_parallel",
+            f"{model.name} does not fit on {gpu.name} at {layout}: weights need "
+            f"{weights / GIB:.1f} GiB per GPU plus one KV block ({block / GIB:.3f} GiB); {memory}",
+        )
+    # activations live first in the memory outside gpu_memory_frac (SGLang's mem_fraction_static
+    # semantics: weights + KV inside it, activations and CUDA-graph buffers outside); only the
+    # excess eats into the KV cache
+    batched = scenario.scheduler.max_num_batched_tokens
+    activations = activation_reserve_bytes(model, tp, batched)
+    reserve = max(0.0, activations - gpu.memory_bytes * (1.0 - kv.gpu_memory_frac))
+    num_blocks = kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, reserve)
+    if kv.num_blocks is not None:
+        return kv.num_blocks
+    if num_blocks < 1:
+        raise ConfigError(
+            source,
+            f"{where}.tensor_parallel",
+            f"{model.name} does not fit on {gpu.name} at {layout}: weights need {weights / GIB:.1f} GiB per GPU, "
+            f"activations for {batched} batched tokens {activations / GIB:.1f} GiB "
+            f"({reserve / GIB:.1f} GiB beyond the {1 - kv.gpu_memory_frac:.2f} headroom) "
+            f"and one KV block {block / GIB:.3f} GiB; {memory}",
+        )
+    return num_blocks
