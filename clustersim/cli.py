@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
@@ -30,6 +31,19 @@ EXIT_BUG = 3
 def _fail(message: str) -> None:
     click.echo(f"clustersim: error: {message}", err=True)
     sys.exit(EXIT_BAD_INPUT)
+
+
+PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
+
+
+def _need_plots(command: str) -> None:
+    """Exit with one line if the optional plotting and fitting libraries are not installed."""
+    missing = [name for name in PLOT_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        _fail(
+            f"{command} needs {', '.join(missing)} (the plots extra): "
+            "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
+        )
 
 
 def resolve_scenario_path(scenario: str | None) -> Path:
@@ -128,9 +142,10 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Figure folder [default: RUN_DIR/figures].")
 def report(run_dir: Path, out_dir: Path | None) -> None:
     """Write the figures of the run in RUN_DIR (latency CDFs, timeline, throughput, Gantt for small runs)."""
-    # imported here, not at the top: plotting libraries take a second to load and `run` never needs them
-    from analysis.figures import write_figures
-    from analysis.rundata import RunDirError
+    _need_plots("clustersim report")
+    # imported here, not at the top: the plotting libraries are an optional extra that `run` never needs
+    from clustersim.analysis.figures import write_figures
+    from clustersim.analysis.rundata import RunDirError
 
     try:
         paths = write_figures(run_dir, out_dir)
@@ -221,6 +236,7 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
     DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles. With
     --published, replay every published end-to-end serving result instead (runs kept under --out).
     """
+    _need_plots("clustersim validate-cost")
     from clustersim.validation.cli import run_validate_cost
 
     try:
@@ -235,7 +251,7 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
         return
     if out_dir is not None:
         # imported here, not at the top: plotting libraries take a second to load
-        from analysis.cost_validation import write_cost_validation_figure
+        from clustersim.analysis.cost_validation import write_cost_validation_figure
 
         figure = write_cost_validation_figure(out_dir / "cost_validation.parquet", out_dir / "cost-validation.png")
         click.echo(f"wrote {figure}")

@@ -76,3 +76,33 @@ def test_console_entry_point_exit_code(tmp_path: Path):
     )
     assert proc.returncode == 2
     assert proc.stderr == f"clustersim: error: {bad}: workload.tenants: needs at least 1 item(s), got 0\n"
+
+
+def test_report_works_from_a_folder_with_an_analysis_subfolder(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    assert invoke("run", "static-vs-continuous", "--out", str(run_dir), "--quiet").exit_code == 0
+    shadow = tmp_path / "analysis"  # a user's own analysis/ package must not shadow the figures
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("raise ImportError('the user project, not clustersim')\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "clustersim", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (run_dir / "figures" / "latency_cdf.png").exists()
+
+
+def test_report_without_the_plots_extra_says_what_to_install(tmp_path: Path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "seaborn" else real(name, *a))
+    result = invoke("report", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        "clustersim: error: clustersim report needs seaborn (the plots extra): "
+        "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
+    ]

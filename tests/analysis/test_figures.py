@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from analysis.__main__ import main
-from analysis.figures import write_figures
-from analysis.gantt import MAX_GANTT_REQUESTS
-from analysis.memory import CATEGORIES, ledger_shares
-from analysis.rundata import load_run
-from analysis.throughput import tokens_per_s
-from analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
-from analysis.timeline import plot_timeline
+from clustersim.analysis.__main__ import main
+from clustersim.analysis.figures import write_figures
+from clustersim.analysis.gantt import MAX_GANTT_REQUESTS
+from clustersim.analysis.memory import CATEGORIES, ledger_shares
+from clustersim.analysis.rundata import load_run
+from clustersim.analysis.throughput import tokens_per_s
+from clustersim.analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
+from clustersim.analysis.timeline import plot_timeline
 from clustersim.config.loader import LoadedScenario, load_scenario, read_yaml_mapping, scenario_from_mapping
 from clustersim.runner import run_scenario
 
@@ -166,11 +166,11 @@ def test_step_path_breaks_at_gaps() -> None:
 def test_module_error_is_one_line_naming_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "not-a-run"
     result = subprocess.run(
-        [sys.executable, "-m", "analysis", str(missing)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "clustersim.analysis", str(missing)], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert result.returncode == 2
     assert result.stdout == ""
-    assert result.stderr.splitlines() == [f"analysis: error: {missing}: no such directory"]
+    assert result.stderr.splitlines() == [f"python -m clustersim.analysis: error: {missing}: no such directory"]
 
 
 def test_main_rejects_a_directory_without_requests_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,7 +179,7 @@ def test_main_rejects_a_directory_without_requests_parquet(tmp_path: Path, capsy
     assert captured.out == ""
     lines = captured.err.splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith(f"analysis: error: {tmp_path}: ")
+    assert lines[0].startswith(f"python -m clustersim.analysis: error: {tmp_path}: ")
     assert "requests.parquet" in lines[0]
 
 

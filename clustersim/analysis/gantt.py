@@ -15,8 +15,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.typing import ColorType
 
-from analysis.rundata import RunData
-from analysis.style import new_figure, tenant_colors
+from clustersim.analysis.rundata import RunData
+from clustersim.analysis.style import new_figure, tenant_colors
 
 MAX_GANTT_REQUESTS = 60
 QUEUE_ALPHA = 0.3

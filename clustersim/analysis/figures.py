@@ -16,13 +16,13 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from analysis.gantt import MAX_GANTT_REQUESTS, plot_requests_gantt
-from analysis.latency import plot_latency_cdf
-from analysis.memory import plot_kv_memory
-from analysis.rundata import RunData, load_run
-from analysis.style import save, theme
-from analysis.throughput import plot_throughput
-from analysis.timeline import plot_timeline
+from clustersim.analysis.gantt import MAX_GANTT_REQUESTS, plot_requests_gantt
+from clustersim.analysis.latency import plot_latency_cdf
+from clustersim.analysis.memory import plot_kv_memory
+from clustersim.analysis.rundata import RunData, load_run
+from clustersim.analysis.style import save, theme
+from clustersim.analysis.throughput import plot_throughput
+from clustersim.analysis.timeline import plot_timeline
 
 PlotFunction = Callable[[RunData], Figure]
 

@@ -1,4 +1,4 @@
-"""``python -m analysis RUN_DIR [--out FIG_DIR]``: write a run's figures and print their paths."""
+"""``python -m clustersim.analysis RUN_DIR [--out FIG_DIR]``: write a run's figures and print their paths."""
 
 from __future__ import annotations
 
@@ -7,15 +7,17 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from analysis.figures import write_figures
-from analysis.rundata import RunDirError
+from clustersim.analysis.figures import write_figures
+from clustersim.analysis.rundata import RunDirError
 
 EXIT_USAGE = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments, write the figures, print one path per line; return the exit code."""
-    parser = argparse.ArgumentParser(prog="analysis", description="Write PNG figures for a clustersim run directory.")
+    parser = argparse.ArgumentParser(
+        prog="python -m clustersim.analysis", description="Write PNG figures for a clustersim run directory."
+    )
     parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="directory written by `clustersim run`")
     parser.add_argument(
         "--out", type=Path, default=None, metavar="FIG_DIR", help="where to write the PNGs (default RUN_DIR/figures)"

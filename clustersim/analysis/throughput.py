@@ -14,9 +14,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from numpy.typing import NDArray
 
-from analysis.rundata import RunData
-from analysis.style import colors, new_figure, seconds_label
-from analysis.timebins import bin_edges, binned_amount
+from clustersim.analysis.rundata import RunData
+from clustersim.analysis.style import colors, new_figure, seconds_label
+from clustersim.analysis.timebins import bin_edges, binned_amount
 
 FloatArray = NDArray[np.float64]
 NUM_BINS = 150

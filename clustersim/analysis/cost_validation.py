@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
-from analysis.style import annotate_empty, colors, new_figure, save, theme
+from clustersim.analysis.style import annotate_empty, colors, new_figure, save, theme
 
 GROUPS = ("linear", "attention_decode", "attention_prefill", "all_reduce", "elementwise")
 

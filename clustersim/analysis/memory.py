@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from analysis.rundata import RunData
-from analysis.style import annotate_empty, colors, new_figure
+from clustersim.analysis.rundata import RunData
+from clustersim.analysis.style import annotate_empty, colors, new_figure
 
 CATEGORIES = (
     ("stored_bytes", "tokens stored"),

@@ -12,8 +12,8 @@ from matplotlib.lines import Line2D
 from matplotlib.typing import ColorType
 from numpy.typing import NDArray
 
-from analysis.rundata import RunData
-from analysis.style import annotate_empty, colors, new_figure, tenant_colors
+from clustersim.analysis.rundata import RunData
+from clustersim.analysis.style import annotate_empty, colors, new_figure, tenant_colors
 
 FloatArray = NDArray[np.float64]
 LOG_SCALE_MIN_DECADES = 2.0

@@ -12,9 +12,9 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter
 from matplotlib.typing import ColorType
 from numpy.typing import NDArray
 
-from analysis.rundata import RunData
-from analysis.style import colors, new_figure, seconds_label
-from analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
+from clustersim.analysis.rundata import RunData
+from clustersim.analysis.style import colors, new_figure, seconds_label
+from clustersim.analysis.timebins import bin_edges, binned_amount, step_path, time_weighted_mean
 
 FloatArray = NDArray[np.float64]
 MAX_RAW_ROWS = 20_000
