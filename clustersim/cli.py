@@ -12,11 +12,12 @@ from typing import Any
 import click
 
 from clustersim import __version__
-from clustersim.architecture import GpuSpec, ModelShape, Precision
+from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.bench import CASES, SIZES, append_results, format_table, machine_description, run_in_child
 from clustersim.compare import compare, format_markdown, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
+from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel

@@ -21,7 +21,7 @@ from __future__ import annotations
 from heapq import heappush
 
 import simpy
-from simpy.events import Event
+from simpy.events import Event, EventCallbacks, EventPriority
 
 HORIZON_PRIORITY = -(1 << 62)
 STEP_END_PRIORITY = -(1 << 61)  # + replica index
@@ -43,10 +43,10 @@ class Timer(Event):
 
     def __init__(self, clock: Clock, at_s: float, priority: int) -> None:
         self.env = clock
-        self.callbacks: list[object] = []
+        self.callbacks: EventCallbacks = []
         self._ok = True
         self._value = None
-        heappush(clock._queue, (at_s, priority, next(clock._eid), self))
+        heappush(clock._queue, (at_s, EventPriority(priority), next(clock._eid), self))
 
 
 class Clock(simpy.Environment):

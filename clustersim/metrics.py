@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.typing import NDArray
 
-from clustersim.config.scenario import SLO
+from clustersim.config.base import SLO
 
 PERCENTILES = (50, 90, 99)
 

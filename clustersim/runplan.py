@@ -23,9 +23,10 @@ from clustersim.architecture import (
     kv_capacity_blocks,
     weight_bytes_per_gpu,
 )
+from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
-from clustersim.config.scenario import SLO, ResolvedGroup, Scenario, tenant_slo
+from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
 from clustersim.errors import ConfigError
 from clustersim.kvcache import ALLOCATORS, KVManager, KVSpec

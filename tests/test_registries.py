@@ -8,6 +8,7 @@ from typing import Any, get_args
 import pytest
 
 from clustersim.config import scenario as config
+from clustersim.config import workload
 from clustersim.cost import COST_MODELS
 from clustersim.kvcache import ALLOCATORS
 from clustersim.registry import Registry
@@ -29,10 +30,10 @@ def kinds(union: Any) -> set[str]:
 @pytest.mark.parametrize(
     ("registry", "accepted"),
     [
-        (ARRIVALS, kinds(config.ArrivalProcess)),
-        (LENGTHS, kinds(config.LengthDistribution)),
-        (THINK_TIMES, kinds(config.ThinkTime)),
-        (TRACE_FORMATS, set(get_args(config.TraceFormat))),
+        (ARRIVALS, kinds(workload.ArrivalProcess)),
+        (LENGTHS, kinds(workload.LengthDistribution)),
+        (THINK_TIMES, kinds(workload.ThinkTime)),
+        (TRACE_FORMATS, set(get_args(workload.TraceFormat))),
         (ROUTERS, kinds(config.RouterConfig)),
         (ORDERINGS, kinds(config.Ordering)),
         (ALLOCATORS, set(get_args(config.AllocatorKind))),

@@ -6,7 +6,7 @@ from typing import Generic, TypeVar
 
 from pydantic import Field
 
-from clustersim.config.scenario import StrictModel
+from clustersim.config.base import StrictModel
 
 T = TypeVar("T")
 

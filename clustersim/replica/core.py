@@ -22,17 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from clustersim.architecture import blocks_for_tokens
 from clustersim.cost.base import CostModel, DecodeStepShape
-from clustersim.cost.runs import run_duration_s, run_integrals
+from clustersim.cost.runs import run_duration_s
 from clustersim.eventlog import RunLog
-from clustersim.kvcache.ledger import RunSpan, ledger_row
 from clustersim.kvcache.manager import KVManager
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.records import StepRecord
+from clustersim.replica.accounting import memory_record
 from clustersim.replica.admission import SloAdmission
-from clustersim.replica.batching import BatchingPolicy, PolicyBase, StepLimits
+from clustersim.replica.batching import BatchingPolicy, StepLimits
 from clustersim.replica.builder import Builder
 from clustersim.replica.queues import WaitingQueue
 from clustersim.replica.seats import Seat, SeatSet
@@ -88,7 +87,7 @@ class Core:
         self.num_preemptions = 0
         self.num_swaps = 0
         self._shapes: dict[int, DecodeStepShape] = {}
-        self._may_hold = type(policy).hold_until_s is not PolicyBase.hold_until_s
+        self._may_hold = policy.holds
 
     # ------------------------------------------------------------------ queues
     @property
@@ -272,66 +271,13 @@ class Core:
                 num_swaps=step.num_swapped_out,
             )
         )
-        self._record_memory(step, num_steps, now_s, last_index, grown)
+        self.log.memory.append(memory_record(self, step, num_steps, now_s, last_index, grown))
         if step.advances:
             self.seats.decode_index = first + num_steps
         if step.anchor is not None:
             step.anchor.last_index = first + num_steps - 1
         for seat in self.seats.pop_finished(last_index):
             self.finish(seat, last_index, now_s)
-
-    def _record_memory(self, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> None:
-        """One ledger row for the steps just ended (before finished sequences retire)."""
-        kv, seats = self.kv, self.seats
-        bs = kv.block_size_tokens
-        filled = kv.filled_blocks
-        if seats.prefilling:
-            filled += sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
-        cached = kv.num_cached_blocks
-        external = kv.external_frag_tokens(self.head()) if kv.has_external_fragmentation else 0
-        changed = step.external_changed_at_step
-        if changed >= num_steps:  # every step it covers ended before the waiting head changed
-            external = step.external_before_tokens
-        span = None
-        if num_steps > 1 and step.anchor is not None:
-            span = self._run_span(step, num_steps, grown, changed)
-        record = ledger_row(
-            self.spec.index,
-            step.started_at_s,
-            now_s - step.started_at_s,
-            kv.pool.num_total_blocks,
-            seats.stored_tokens(last_index),
-            filled,
-            kv.pool.num_used_blocks - cached,
-            cached,
-            external,
-            bs,
-            kv.spec.bytes_per_token,
-            span,
-        )
-        self.log.memory.append(record)
-
-    def _run_span(self, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:
-        """How the ledger's values moved over the run's steps (closed-form time integrals)."""
-        n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
-        assert step.anchor is not None
-        shape, first = step.anchor.shape, step.first_index
-        kv = self.kv
-        duration_s, index_integral_s, growth_integral_s = run_integrals(
-            shape, context, n, num_steps, lambda s: kv.growth_at(first + s), kv.block_size_tokens
-        )
-        changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
-        return RunSpan(
-            num_steps,
-            n,
-            grown,
-            kv.growing,
-            duration_s,
-            index_integral_s,
-            growth_integral_s,
-            step.external_before_tokens,
-            changed_after_s,
-        )
 
     # ------------------------------------------------------------------ sequence lifecycle
     def seat(self, request: Request, hit: list[Segment], cached: int, now_s: float) -> Seat:
@@ -409,7 +355,7 @@ class Core:
             if seat.decoding:
                 seat.request.num_emitted_tokens = self.seats.emitted_at(seat, done_index)
         swapped = [request for request, _, _ in self.swapped]
-        return [*(s.request for s in self.seats.seats.values()), *swapped, *self.waiting, *self.deferred]  # type: ignore[misc]
+        return [*(s.request for s in self.seats.seats.values()), *swapped, *self.waiting, *self.deferred]
 
     def kv_blocks_of_running(self) -> int:
         """Blocks the seated sequences and the prefix cache hold (for the end-of-run conservation check)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from clustersim.config.scenario import FairShareOrdering, Ordering, ShortestPromptFirstOrdering
@@ -41,7 +41,7 @@ class WaitingQueue(Protocol):
     def pop(self) -> Request:
         """Remove and return :meth:`peek`; called when it is admitted or shed."""
 
-    def __iter__(self) -> object: ...
+    def __iter__(self) -> Iterator[Request]: ...
 
 
 class FcfsQueue:
@@ -55,7 +55,7 @@ class FcfsQueue:
     def __len__(self) -> int:
         return len(self._items)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Request]:
         return iter(self._items)
 
     def push(self, request: Request) -> None:
@@ -86,7 +86,7 @@ class _KeyedQueue:
     def __len__(self) -> int:
         return len(self._front) + len(self._heap)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Request]:
         yield from self._front
         yield from (item[3] for item in sorted(self._heap))
 
@@ -144,7 +144,7 @@ class FairShareQueue:
     def __len__(self) -> int:
         return len(self._front) + self._size
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Request]:
         yield from self._front
         for queue in self._per_tenant.values():
             yield from queue

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.config.scenario import (
+from clustersim.config.workload import (
     ArrivalProcess,
     ClosedLoopArrivals,
     DiurnalArrivals,

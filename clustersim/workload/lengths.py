@@ -7,7 +7,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.config.scenario import (
+from clustersim.config.workload import (
     EmpiricalLengths,
     ExponentialLengths,
     FixedLengths,

@@ -14,7 +14,7 @@ from typing import Any
 
 import simpy
 
-from clustersim.config.scenario import ClosedLoopArrivals, Tenant
+from clustersim.config.workload import ClosedLoopArrivals, Tenant
 from clustersim.errors import ClusterSimError
 from clustersim.registry import Registry
 from clustersim.workload.arrivals import (

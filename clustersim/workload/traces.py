@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from clustersim.config.scenario import EmpiricalLengths, TraceArrivals, TraceColumns, TraceFile, Workload
+from clustersim.config.workload import EmpiricalLengths, TraceArrivals, TraceColumns, TraceFile, Workload
 from clustersim.errors import ConfigError, did_you_mean
 from clustersim.registry import Registry
 

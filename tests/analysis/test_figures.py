@@ -166,7 +166,11 @@ def test_step_path_breaks_at_gaps() -> None:
 def test_module_error_is_one_line_naming_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "not-a-run"
     result = subprocess.run(
-        [sys.executable, "-m", "clustersim.analysis", str(missing)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "clustersim.analysis", str(missing)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stdout == ""

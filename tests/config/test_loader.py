@@ -9,7 +9,7 @@ import pytest
 from conftest import SCENARIOS, explicit_scenario
 
 from clustersim.config.loader import apply_overrides, load_scenario, scenario_from_mapping
-from clustersim.config.scenario import LognormalLengths, PoissonArrivals
+from clustersim.config.workload import LognormalLengths, PoissonArrivals
 from clustersim.errors import ConfigError
 
 POISSON = {

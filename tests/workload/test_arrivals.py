@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import read_requests
 
-from clustersim.config.scenario import (
+from clustersim.config.workload import (
     DiurnalArrivals,
     ExponentialLengths,
     FixedLengths,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clustersim.config.scenario import EmpiricalLengths, ExponentialLengths
+from clustersim.config.workload import EmpiricalLengths, ExponentialLengths
 from clustersim.workload.lengths import sample_lengths
 
 

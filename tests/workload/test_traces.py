@@ -12,7 +12,7 @@ import pytest
 from conftest import SHARED
 
 from clustersim.config.loader import scenario_from_mapping
-from clustersim.config.scenario import TraceArrivals, TraceFile
+from clustersim.config.workload import TraceArrivals, TraceFile
 from clustersim.errors import ConfigError
 from clustersim.workload.arrivals import replay
 from clustersim.workload.traces import in_time_order, load_workload_data, read_trace

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from clustersim.config.scenario import FixedLengths, LognormalLengths, PoissonArrivals, Tenant, UniformLengths
+from clustersim.config.workload import FixedLengths, LognormalLengths, PoissonArrivals, Tenant, UniformLengths
 from clustersim.workload.arrivals import tenant_arrivals
 from clustersim.workload.lengths import sample_lengths
 

@@ -73,12 +73,14 @@ class BatchingPolicy(Protocol):
 
     ``whole_sequence_kv``: sequences reserve KV for prompt + output on admission (no growth, no
     preemption). ``chunks_prompts``: prompts longer than the token budget are split, so they are
-    never refused for their length.
+    never refused for their length. ``holds``: an idle replica may wait before planning
+    (:meth:`hold_until_s`).
     """
 
     kind: ClassVar[str]
     whole_sequence_kv: ClassVar[bool]
     chunks_prompts: ClassVar[bool]
+    holds: ClassVar[bool]  # whether hold_until_s may ever hold
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:
@@ -99,11 +101,15 @@ class PolicyBase:
     kind: ClassVar[str] = ""
     whole_sequence_kv: ClassVar[bool] = False
     chunks_prompts: ClassVar[bool] = False
+    holds: ClassVar[bool] = False
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:
         policy: BatchingPolicy = cls()
         return policy
+
+    def plan(self, step: StepBuilder) -> None:
+        raise NotImplementedError
 
     def hold_until_s(self, now_s: float, num_seats: int, waiting: Waiting) -> float | None:
         return None

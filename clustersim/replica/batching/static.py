@@ -13,6 +13,7 @@ from clustersim.replica.batching.base import BatchingPolicy, PolicyBase, StepBui
 class Static(PolicyBase):
     kind = "static"
     whole_sequence_kv = True
+    holds = True
 
     def __init__(self, batch_wait_s: float = 0.0, max_num_seqs: int = 1) -> None:
         self.batch_wait_s = batch_wait_s

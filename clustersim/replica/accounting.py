@@ -1,0 +1,68 @@
+"""The KV ledger row of a step or a run of steps, gathered from the replica's state (pure)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from clustersim.architecture import blocks_for_tokens
+from clustersim.cost.runs import run_duration_s, run_integrals
+from clustersim.kvcache.ledger import RunSpan, ledger_row
+from clustersim.kvcache.manager import KVManager
+from clustersim.records import MemoryRecord
+from clustersim.replica.step import Step
+
+if TYPE_CHECKING:  # the core calls these; they only read it
+    from clustersim.replica.core import Core
+
+
+def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> MemoryRecord:
+    """The ledger row of the steps of ``step`` just ended (before finished sequences retire)."""
+    kv, seats = core.kv, core.seats
+    bs = kv.block_size_tokens
+    filled = kv.filled_blocks
+    if seats.prefilling:
+        filled += sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
+    cached = kv.num_cached_blocks
+    external = kv.external_frag_tokens(core.head()) if kv.has_external_fragmentation else 0
+    changed = step.external_changed_at_step
+    if changed >= num_steps:  # every step it covers ended before the waiting head changed
+        external = step.external_before_tokens
+    span = None
+    if num_steps > 1 and step.anchor is not None:
+        span = run_span(kv, step, num_steps, grown, changed)
+    return ledger_row(
+        core.spec.index,
+        step.started_at_s,
+        now_s - step.started_at_s,
+        kv.pool.num_total_blocks,
+        seats.stored_tokens(last_index),
+        filled,
+        kv.pool.num_used_blocks - cached,
+        cached,
+        external,
+        bs,
+        kv.spec.bytes_per_token,
+        span,
+    )
+
+
+def run_span(kv: KVManager, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:
+    """How the ledger's values moved over the run's steps (closed-form time integrals)."""
+    n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
+    assert step.anchor is not None
+    shape, first = step.anchor.shape, step.first_index
+    duration_s, index_integral_s, growth_integral_s = run_integrals(
+        shape, context, n, num_steps, lambda s: kv.growth_at(first + s), kv.block_size_tokens
+    )
+    changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
+    return RunSpan(
+        num_steps,
+        n,
+        grown,
+        kv.growing,
+        duration_s,
+        index_integral_s,
+        growth_integral_s,
+        step.external_before_tokens,
+        changed_after_s,
+    )
