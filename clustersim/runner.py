@@ -59,7 +59,11 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
 
 def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:
     """Run one scenario and write its logs and ``summary.json`` to ``out_dir``."""
-    plan = plan_run(loaded, catalogue)
+    return run_plan(plan_run(loaded, catalogue), out_dir)
+
+
+def run_plan(plan: RunPlan, out_dir: Path) -> RunResult:
+    """Run a planned scenario and write its logs and ``summary.json`` to ``out_dir``."""
     workload_data = load_workload_data(plan.scenario.workload, plan.base_dir, plan.source)  # before any output
     out_dir.mkdir(parents=True, exist_ok=True)
     incomplete = out_dir / "INCOMPLETE"

@@ -127,8 +127,9 @@ class Builder:
             self.chunk_tokens += chunk
             tokens_left -= chunk
 
-    def admit(self, chunked: bool) -> int:
-        """Admit waiting heads in order while they fit; nothing is admitted while swapped sequences wait."""
+    def admit(self, chunked: bool, max_admitted: int | None = None) -> int:
+        """Admit waiting heads in order while they fit (at most ``max_admitted``); nothing is admitted
+        while swapped sequences wait."""
         core = self._core
         if core.swapped:
             return 0
@@ -137,7 +138,7 @@ class Builder:
             return 0
         num_admitted = 0
         max_seqs, kv, seats = core.limits.max_num_seqs, core.kv, core.seats.seats
-        while (head := core.head()) is not None:
+        while (head := core.head()) is not None and num_admitted != max_admitted:
             hit, cached = kv.prefix_hit(head)
             needed = kv.blocks_to_admit(head, cached)
             first = not self.chunks

@@ -62,9 +62,10 @@ class StepBuilder(Protocol):
     def continue_prefills(self) -> None:
         """Give started prompts their next chunks, in admission order, within the token budget."""
 
-    def admit(self, chunked: bool) -> int:
+    def admit(self, chunked: bool, max_admitted: int | None = None) -> int:
         """Admit waiting heads in order while they fit (a seat, their KV blocks, the token budget:
-        whole prompts, or any budget left when ``chunked``); returns how many were admitted."""
+        whole prompts, or any budget left when ``chunked``), at most ``max_admitted`` of them;
+        returns how many were admitted."""
         ...
 
 
