@@ -192,6 +192,21 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def format_markdown_table(rows: list[dict[str, Any]]) -> str:
+    """The measurements as a Markdown table (for the docs)."""
+    lines = [
+        "| case | requests | mode | wall s | simulated req/s | output tok/s | events | steps rows | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['num_requests']:,} | {'fast' if r['fast_forward'] else 'step'} | {r['wall_s']:.2f} "
+            f"| {r['sim_requests_per_wall_s']:,} | {r['sim_output_tokens_per_wall_s']:,} | {r['num_events']:,} "
+            f"| {r['steps_rows']:,} | {r['peak_rss_mb']:,} |"
+        )
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     name, size, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
     print(json.dumps(run_one(name, size, fast)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -13,20 +14,38 @@ import click
 
 from clustersim import __version__
 from clustersim.architecture import GpuSpec, ModelShape
-from clustersim.bench import CASES, SIZES, append_results, format_table, machine_description, run_in_child
-from clustersim.compare import compare, format_markdown, write_csv
+from clustersim.bench import (
+    CASES,
+    SIZES,
+    append_results,
+    format_markdown_table,
+    format_table,
+    machine_description,
+    run_in_child,
+)
+from clustersim.compare import compare, format_markdown, select_columns, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
+from clustersim.doctables import shown_command, write_doc_table
 from clustersim.errors import ClusterSimError, did_you_mean
 from clustersim.invariants import InvariantViolation
 from clustersim.runner import run_scenario
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 3
+
+
+def _write_doc(target: str, markdown: str, note: str = "") -> None:
+    try:
+        path = write_doc_table(target, markdown, shown_command(sys.argv[1:]), note)
+    except (ClusterSimError, OSError) as exc:
+        _fail(str(exc))
+        return
+    click.echo(f"wrote the table into {path}")
 
 
 def _fail(message: str) -> None:
@@ -168,7 +187,8 @@ def report(run_dir: Path, out_dir: Path | None) -> None:
     show_default=True,
     help="CSV file the measurements are appended to.",
 )
-def bench(cases: str, sizes: str, step_mode: bool, results: Path) -> None:
+@click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
+def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | None) -> None:
     """Measure simulator speed on the standard benchmark scenarios (each in its own process)."""
     chosen_cases = [c.strip() for c in cases.split(",") if c.strip()]
     chosen_sizes = [s.strip() for s in sizes.split(",") if s.strip()]
@@ -187,6 +207,8 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path) -> None:
                 click.echo(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows))
     append_results(results, rows)
     click.echo(f"appended {len(rows)} rows to {results}")
+    if doc:
+        _write_doc(doc, format_markdown_table(rows), f"{machine_description()}, Python {platform.python_version()}")
 
 
 @main.command(name="compare")
@@ -197,20 +219,32 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path) -> None:
     "--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/compare-NAME-TIME]."
 )
 @click.option("--jobs", default=os.cpu_count() or 1, show_default=True, help="Variants run in parallel.")
+@click.option("--columns", metavar="LABEL,...", help="Only these table columns (labels as printed), in this order.")
+@click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
 def compare_command(
-    scenario: str, vary: tuple[str, ...], overrides: tuple[str, ...], out_dir: Path | None, jobs: int
+    scenario: str,
+    vary: tuple[str, ...],
+    overrides: tuple[str, ...],
+    out_dir: Path | None,
+    jobs: int,
+    columns: str | None,
+    doc: str | None,
 ) -> None:
     """Run SCENARIO once per variant and print a comparison table (also written as comparison.csv)."""
     path = resolve_scenario_path(scenario)
     try:
         if out_dir is None:
             out_dir = Path("runs") / f"compare-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        chosen = select_columns(columns)
         rows = compare(path, vary, overrides, out_dir, jobs)
     except ClusterSimError as exc:
         _fail(str(exc))
         return
     write_csv(rows, out_dir / "comparison.csv")
-    click.echo(format_markdown(rows))
+    table = format_markdown(rows, chosen)
+    click.echo(table)
+    if doc:
+        _write_doc(doc, table)
     click.echo(f"wrote {out_dir}/comparison.csv and one run folder per variant")
 
 
@@ -231,7 +265,8 @@ def scenarios() -> None:
     is_flag=True,
     help="Instead: run scenarios/published/ and compare with DATA_DIR/published/serving_results.csv.",
 )
-def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bool) -> None:
+@click.option("--doc", metavar="FILE.md#NAME", help="Also write the report into that block of a Markdown file.")
+def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bool, doc: str | None) -> None:
     """Score the cost model on the held-out half of the measured kernel times in DATA_DIR.
 
     DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles. With
@@ -239,16 +274,20 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
     """
     _need_plots("clustersim validate-cost")
     from clustersim.validation.cli import run_validate_cost
+    from clustersim.validation.published import format_comparisons, run_published
 
     try:
         if published:
-            from clustersim.validation.published import format_comparisons, run_published
-
-            click.echo(format_comparisons(run_published(data_dir, out_dir)))
-            return
-        click.echo(run_validate_cost(data_dir, out_dir, fit))
+            report = format_comparisons(run_published(data_dir, out_dir))
+        else:
+            report = run_validate_cost(data_dir, out_dir, fit)
     except ClusterSimError as exc:
         _fail(str(exc))
+        return
+    click.echo(report)
+    if doc:
+        _write_doc(doc, f"```text\n{report}\n```")
+    if published:
         return
     if out_dir is not None:
         # imported here, not at the top: plotting libraries take a second to load

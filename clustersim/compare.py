@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clustersim.config.loader import load_scenario
-from clustersim.errors import ConfigError
+from clustersim.errors import ConfigError, did_you_mean
 from clustersim.runner import run_scenario
 
 COLUMNS = (
@@ -129,9 +129,21 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
         writer.writerows(rows)
 
 
-def format_markdown(rows: list[dict[str, Any]]) -> str:
-    """The comparison as a Markdown table (what the README shows)."""
+def select_columns(text: str | None) -> list[str]:
+    """The table's columns: all, or those named (``variant`` always first)."""
     labels = [c[0] for c in COLUMNS]
+    if not text:
+        return labels
+    chosen = [label.strip() for label in text.split(",") if label.strip()]
+    for label in chosen:
+        if label not in labels:
+            raise ConfigError("--columns", "", f"unknown column '{label}'{did_you_mean(label, labels)}")
+    return ["variant", *(label for label in chosen if label != "variant")]
+
+
+def format_markdown(rows: list[dict[str, Any]], labels: Sequence[str] | None = None) -> str:
+    """The comparison as a Markdown table (all columns, or ``labels``)."""
+    labels = list(labels) if labels is not None else [c[0] for c in COLUMNS]
     lines = ["| " + " | ".join(labels) + " |", "|" + "---|" * len(labels)]
     for row in rows:
         cells = []

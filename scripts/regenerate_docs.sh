@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Rewrite every table of measured figures in README.md and docs/ with the command that measures it.
+# Each command writes its own block (--doc FILE#name) and names itself under the table. Tables whose
+# scenarios replay the public traces in ../shared/ground_truth need that folder next to the checkout.
+# Takes about 15 minutes on 2 cores (the benchmark's 1M-request cases are most of it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met %"
+
+# README: the capacity question
+clustersim compare default --vary cluster.num_replicas=2,3,4,6 --set slo.percentile=99 \
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,SLO met %,busy %" --out "$out/capacity" --doc README.md#capacity
+
+# docs/scenarios.md: routers on the Azure conversation trace
+clustersim compare azure-conv-replay \
+  --vary router.kind=round_robin,random,least_outstanding,least_kv,power_of_two,affinity \
+  --columns "$LAT" --out "$out/routers" --doc docs/scenarios.md#routers
+
+# docs/replica.md: policies, chunk budgets, static batch wait
+clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm,chunked_prefill \
+  --set scheduler.max_num_batched_tokens=16384 --columns "$LAT" --out "$out/policies" --doc docs/replica.md#policies
+clustersim compare azure-conv-replay --vary scheduler.policy=static --set scheduler.max_num_batched_tokens=262144 \
+  --columns "$LAT" --out "$out/static" --doc docs/replica.md#static
+clustersim compare azure-conv-replay --vary scheduler.max_num_batched_tokens=512,2048,8192 \
+  --set scheduler.policy=chunked_prefill --columns "$LAT" --out "$out/chunks" --doc docs/replica.md#chunks
+clustersim compare static-batch-wait --vary scheduler.batch_wait_s=0,1,4 \
+  --columns "mean batch,busy %,TTFT p50 ms,TTFT p99 ms" --out "$out/wait" --doc docs/replica.md#batch-wait
+
+# docs/kv-memory.md: prefix caching with affinity, paged vs contiguous
+clustersim compare mooncake-conv-replay --vary 'router={kind: least_outstanding},{kind: affinity, prefix_blocks: 2}' \
+  --columns "prefix hit %,TTFT p50 ms,TTFT p99 ms,SLO met %" --out "$out/prefix" --doc docs/kv-memory.md#prefix
+KV="KV stored of used %,KV waste %,mean batch,out tok/s,TTFT p99 ms,SLO met %"
+clustersim compare kv-paged --vary kv.allocator=paged,contiguous --vary workload.tenants.0.arrival.rate_per_s=4,6 \
+  --columns "$KV" --out "$out/kv" --doc docs/kv-memory.md#paged-vs-contiguous
+clustersim compare kv-paged --vary kv.allocator=contiguous --set kv.reserve=max_model_len \
+  --columns "$KV" --out "$out/kv-len" --doc docs/kv-memory.md#max-model-len
+
+# docs/validation.md: kernels and published serving results
+clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
+clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published
+
+# docs/speed.md: the benchmark
+clustersim bench --sizes 10k,100k,1M --doc docs/speed.md#bench
