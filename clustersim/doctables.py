@@ -25,14 +25,14 @@ def parse_target(target: str) -> tuple[Path, str]:
 
 
 def shown_command(argv: list[str]) -> str:
-    """The command line as a reader would type it, without the ``--doc`` option."""
+    """The command line as a reader would type it, without ``--doc`` and ``--out`` (where files went)."""
     shown, skip = ["clustersim"], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg == "--doc":
+        elif arg in ("--doc", "--out"):
             skip = True
-        elif not arg.startswith("--doc="):
+        elif not arg.startswith(("--doc=", "--out=")):
             shown.append(shlex.quote(arg))
     return " ".join(shown)
 

@@ -11,7 +11,7 @@ LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met
 
 # README: the capacity question
 clustersim compare default --vary cluster.num_replicas=2,3,4,6 --set slo.percentile=99 \
-  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,SLO met %,busy %" --out "$out/capacity" --doc README.md#capacity
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,SLO met %,out tok/s" --out "$out/capacity" --doc README.md#capacity
 
 # docs/scenarios.md: routers on the Azure conversation trace
 clustersim compare azure-conv-replay \
@@ -19,7 +19,7 @@ clustersim compare azure-conv-replay \
   --columns "$LAT" --out "$out/routers" --doc docs/scenarios.md#routers
 
 # docs/replica.md: policies, chunk budgets, static batch wait
-clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm,chunked_prefill \
+clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm \
   --set scheduler.max_num_batched_tokens=16384 --columns "$LAT" --out "$out/policies" --doc docs/replica.md#policies
 clustersim compare azure-conv-replay --vary scheduler.policy=static --set scheduler.max_num_batched_tokens=262144 \
   --columns "$LAT" --out "$out/static" --doc docs/replica.md#static

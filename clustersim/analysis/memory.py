@@ -7,14 +7,18 @@ from matplotlib.figure import Figure
 
 from clustersim.analysis.rundata import RunData
 from clustersim.analysis.style import annotate_empty, colors, new_figure
+from clustersim.records import LEDGER_CATEGORIES
 
-CATEGORIES = (
-    ("stored_bytes", "tokens stored"),
-    ("cached_prefix_bytes", "cached prefixes"),
-    ("internal_frag_bytes", "internal fragmentation"),
-    ("reserved_unused_bytes", "reserved, unused"),
-    ("external_frag_bytes", "external fragmentation"),
-)
+LABELS = {
+    "stored_bytes": "tokens stored",
+    "cached_prefix_bytes": "cached prefixes",
+    "internal_frag_bytes": "internal fragmentation",
+    "reserved_unused_bytes": "reserved, unused",
+    "external_frag_bytes": "external fragmentation",
+}
+# every ledger category but free headroom, in the order they stack
+CATEGORIES = tuple(LABELS.items())
+assert set(LABELS) == set(LEDGER_CATEGORIES) - {"free_bytes"}, "a ledger category without a label"
 NUM_SAMPLES = 600
 
 

@@ -18,7 +18,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-REQUEST_COLUMNS = (
+from clustersim.records import LEDGER_CATEGORIES, MemoryRecord, RequestRecord, StepRecord
+
+
+def _columns(record: type[tuple[Any, ...]], *names: str) -> tuple[str, ...]:
+    """Columns a figure needs, checked against the record that defines the file's schema."""
+    fields: tuple[str, ...] = record._fields  # type: ignore[attr-defined]
+    unknown = [name for name in names if name not in fields]
+    if unknown:
+        raise ValueError(f"{record.__name__} has no field(s) {', '.join(unknown)}")
+    return names
+
+
+# the columns the figures read (older runs may lack the others)
+REQUEST_COLUMNS = _columns(
+    RequestRecord,
     "request_id",
     "tenant",
     "replica",
@@ -30,7 +44,8 @@ REQUEST_COLUMNS = (
     "finished_at_s",
     "status",
 )
-STEP_COLUMNS = (
+STEP_COLUMNS = _columns(
+    StepRecord,
     "replica",
     "started_at_s",
     "duration_s",
@@ -43,18 +58,7 @@ STEP_COLUMNS = (
     "kv_total_blocks",
     "num_waiting",
 )
-MEMORY_COLUMNS = (
-    "replica",
-    "started_at_s",
-    "duration_s",
-    "capacity_bytes",
-    "stored_bytes",
-    "internal_frag_bytes",
-    "reserved_unused_bytes",
-    "external_frag_bytes",
-    "cached_prefix_bytes",
-    "free_bytes",
-)
+MEMORY_COLUMNS = _columns(MemoryRecord, "replica", "started_at_s", "duration_s", "capacity_bytes", *LEDGER_CATEGORIES)
 SCENARIO_METADATA_KEY = b"clustersim.scenario"
 
 

@@ -187,39 +187,42 @@ def _col(table: pa.Table, name: str) -> NDArray[Any]:
     return values
 
 
-def tokens_emitted_between(steps: pa.Table, start_s: float, end_s: float) -> float:
-    """Output tokens emitted in ``[start_s, end_s]``; a row standing for several steps counts pro rata."""
-    begin = _col(steps, "started_at_s").astype(np.float64)
-    duration = _col(steps, "duration_s").astype(np.float64)
-    tokens = (_col(steps, "num_decode_tokens") + _col(steps, "num_prefill_seqs")).astype(np.float64)
-    num_steps = _col(steps, "num_steps").astype(np.float64)
-    # a row of k steps emits tokens/k at the end of each of its k equal steps
-    per_step = np.where(num_steps > 0, duration / np.maximum(num_steps, 1.0), 0.0)
-    total = 0.0
-    for k in np.unique(num_steps.astype(np.int64)):
-        rows = num_steps == k
-        for i in range(1, int(k) + 1):
-            at = begin[rows] + per_step[rows] * i
-            inside = (at >= start_s) & (at <= end_s)
-            total += float(tokens[rows][inside].sum()) / float(k)
-    return total
+def saturated_tokens_per_s(requests: pa.Table, steps: pa.Table, num_replicas: int) -> float:
+    """Sum over replicas of the output rate while that replica had requests waiting, after a warm-up.
 
-
-def saturated_tokens_per_s(steps: pa.Table, num_replicas: int) -> float:
-    """Sum over replicas of the output rate while that replica had requests waiting (after a warm-up)."""
+    A replica is saturated until it admits the last request that had to wait. Its window starts at
+    the first admission in the second half of that span, so both ends are admissions: step
+    boundaries whether or not runs of decode steps were fast-forwarded, and the window holds whole
+    step rows (the figure does not depend on ``simulation.fast_forward``).
+    """
+    routed = _col(requests, "replica")
+    arrival = _col(requests, "arrival_at_s").astype(np.float64)
+    admitted = np.asarray(pc.fill_null(requests.column("first_scheduled_at_s"), np.nan), dtype=np.float64)
     replica = _col(steps, "replica")
-    waiting = _col(steps, "num_waiting")
-    ends = _col(steps, "started_at_s") + _col(steps, "duration_s")
+    started = _col(steps, "started_at_s").astype(np.float64)
+    emitted = (_col(steps, "num_emitted_tokens") * _col(steps, "num_steps")).astype(np.float64)
     rate = 0.0
     for r in range(num_replicas):
-        busy = (replica == r) & (waiting > 0)
-        if not busy.any():
+        mine = (routed == r) & ~np.isnan(admitted)
+        waited = mine & (admitted > arrival)
+        if not waited.any():
             continue
-        saturated_until_s = float(ends[busy].max())
-        start_s = WARMUP_FRAC * saturated_until_s
-        mine = steps.filter(pa.array(replica == r))
-        rate += tokens_emitted_between(mine, start_s, saturated_until_s) / (saturated_until_s - start_s)
+        until_s = float(admitted[waited].max())
+        start_s = float(admitted[mine & (admitted >= WARMUP_FRAC * until_s)].min())
+        if until_s <= start_s:
+            continue
+        inside = (replica == r) & (started >= start_s) & (started < until_s)
+        rate += float(emitted[inside].sum()) / (until_s - start_s)
     return rate
+
+
+def completed_tokens_per_s(requests: pa.Table, start_s: float, end_s: float) -> float:
+    """Output tokens of the requests that completed in ``[start_s, end_s]``, per second (MLPerf's
+    "completed tokens per second", over a window of the run)."""
+    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    finished = _col(done, "finished_at_s").astype(np.float64)
+    inside = (finished >= start_s) & (finished <= end_s)
+    return float(_col(done, "output_tokens")[inside].sum()) / (end_s - start_s)
 
 
 def _window_requests(requests: pa.Table, start_s: float, end_s: float) -> pa.Table:
@@ -235,9 +238,9 @@ def measure(metric: Metric, requests: pa.Table, steps: pa.Table, num_replicas: i
     makespan_s = float(np.nanmax(finished))
     window = (WARMUP_FRAC * float(arrivals.max()), float(arrivals.max()))
     if metric == "tokens_per_s":
-        return saturated_tokens_per_s(steps, num_replicas)
+        return saturated_tokens_per_s(requests, steps, num_replicas)
     if metric == "completed_tokens_per_s":
-        return tokens_emitted_between(steps, *window) / (window[1] - window[0])
+        return completed_tokens_per_s(requests, *window)
     if metric in ("mean_ttft", "mean_tpot"):
         latencies = request_latencies(_window_requests(requests, *window))
         values = latencies["ttft_s" if metric == "mean_ttft" else "tpot_s"]

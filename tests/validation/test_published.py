@@ -18,11 +18,12 @@ from clustersim.validation.published import (
     TARGET_PCT,
     Comparison,
     PublishedRow,
+    completed_tokens_per_s,
     format_comparisons,
     load_published_rows,
     run_published,
+    saturated_tokens_per_s,
     scenario_path,
-    tokens_emitted_between,
     within_bound,
 )
 
@@ -36,32 +37,37 @@ def comparisons() -> dict[str, Comparison]:
     return {c.row.row_id: c for c in run_published(SHARED)}
 
 
-def steps_table(rows: list[tuple[float, float, int, int, int]]) -> pa.Table:
-    """(started_at_s, duration_s, num_steps, num_decode_tokens, num_prefill_seqs) rows of one replica."""
-    columns = list(zip(*rows, strict=True))
-    return pa.table(
+def test_saturated_rate_counts_whole_rows_between_two_admissions() -> None:
+    # one replica; requests 0-3 arrive at 0 and wait until admitted at 0, 2, 4 and 10 s: it is saturated
+    # until 10 s, and the window starts at the first admission at or after 5 s (that is 10 s too): empty;
+    # with the last admission at 8 s instead, the window is [4, 8): the rows starting at 4 and 6 count
+    requests = pa.table(
         {
-            "started_at_s": list(columns[0]),
-            "duration_s": list(columns[1]),
-            "num_steps": list(columns[2]),
-            "num_decode_tokens": list(columns[3]),
-            "num_prefill_seqs": list(columns[4]),
+            "replica": [0, 0, 0, 0],
+            "arrival_at_s": [0.0, 0.0, 0.0, 0.0],
+            "first_scheduled_at_s": [0.0, 2.0, 4.0, 8.0],
         }
     )
+    steps = pa.table(
+        {
+            "replica": [0, 0, 0, 0, 0],
+            "started_at_s": [0.0, 2.0, 4.0, 6.0, 8.0],
+            "num_steps": [1, 1, 2, 1, 1],
+            "num_emitted_tokens": [5, 5, 3, 7, 100],
+        }
+    )
+    assert saturated_tokens_per_s(requests, steps, 1) == pytest.approx((2 * 3 + 7) / 4.0)
 
 
-@pytest.mark.parametrize(
-    ("start_s", "end_s", "expected"),
-    [
-        (0.0, 10.0, 4 + 15 + 20),  # every token: 4 at t=1; 5 at each of t=2, 3, 4; 20 at t=10
-        (1.5, 3.0, 10.0),  # two of the 3-step row's steps end inside (t=2, t=3): 2 x 15 / 3
-        (4.5, 9.0, 0.0),  # nothing ends inside
-        (1.0, 1.0, 4.0),  # window edges are inclusive
-    ],
-)
-def test_tokens_emitted_between_counts_each_step_at_its_end(start_s: float, end_s: float, expected: float) -> None:
-    steps = steps_table([(0.0, 1.0, 1, 3, 1), (1.0, 3.0, 3, 12, 3), (8.0, 2.0, 1, 20, 0)])
-    assert tokens_emitted_between(steps, start_s, end_s) == pytest.approx(expected)
+def test_completed_tokens_count_requests_finishing_in_the_window() -> None:
+    requests = pa.table(
+        {
+            "status": ["completed", "completed", "rejected", "completed"],
+            "finished_at_s": [1.0, 5.0, None, 10.0],
+            "output_tokens": [10, 20, 40, 80],
+        }
+    )
+    assert completed_tokens_per_s(requests, 5.0, 10.0) == pytest.approx((20 + 80) / 5.0)
 
 
 def test_known_gaps_are_real_rows_with_larger_bounds() -> None:
