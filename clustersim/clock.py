@@ -18,9 +18,10 @@ step boundary computed the same way in both modes is the same float in both.
 
 from __future__ import annotations
 
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
+from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import Event, EventCallbacks, EventPriority
 
 HORIZON_PRIORITY = -(1 << 62)
@@ -58,15 +59,30 @@ class Clock(simpy.Environment):
         # the highest priority processed so far at the current instant: every event due now with a
         # priority at most this has run (new events may still be scheduled now, at lower priorities)
         self.instant_priority = HORIZON_PRIORITY
+        self._instant_s = 0.0
 
     def step(self) -> None:
-        queue = self._queue
-        if queue:
-            at_s, priority = queue[0][0], queue[0][1]
-            if at_s > self._now or priority > self.instant_priority:
-                self.instant_priority = priority
+        """Process the next event (SimPy's ``Environment.step``, also counting it and its priority)."""
+        try:
+            self._now, priority, _, event = heappop(self._queue)
+        except IndexError:
+            raise EmptySchedule from None
+        if priority > self.instant_priority or self._now > self._instant_s:
+            self.instant_priority = priority
+            self._instant_s = self._now
         self.num_events += 1
-        super().step()
+        callbacks, event.callbacks = event.callbacks, None  # type: ignore[assignment]
+        try:
+            for callback in callbacks:
+                callback(event)
+        except StopSimulation:
+            event.callbacks = callbacks[callbacks.index(callback) + 1 :]
+            self.schedule(event, EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
 
     def note_processed(self, priority: int) -> None:
         """Something with ``priority`` ran now without an event of its own (nothing else was due before it)."""

@@ -10,7 +10,6 @@ writers store them as they are, and the analysis layer reads columns by these na
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, NamedTuple, get_type_hints
 
 import pyarrow as pa
@@ -41,6 +40,7 @@ class RequestRecord(NamedTuple):
 
     @classmethod
     def of(cls, request: Request) -> RequestRecord:
+        # x == x is False only for NaN: times that never happened are written as nulls
         return cls(
             request_id=request.request_id,
             tenant=request.tenant,
@@ -48,9 +48,9 @@ class RequestRecord(NamedTuple):
             prompt_tokens=request.prompt_tokens,
             output_tokens=request.output_tokens,
             arrival_at_s=request.arrival_at_s,
-            first_scheduled_at_s=_nan_to_none(request.first_scheduled_at_s),
-            first_token_at_s=_nan_to_none(request.first_token_at_s),
-            finished_at_s=_nan_to_none(request.finished_at_s),
+            first_scheduled_at_s=scheduled if (scheduled := request.first_scheduled_at_s) == scheduled else None,
+            first_token_at_s=first if (first := request.first_token_at_s) == first else None,
+            finished_at_s=finished if (finished := request.finished_at_s) == finished else None,
             status=request.status,
             num_preemptions=request.num_preemptions,
             num_emitted_tokens=request.num_emitted_tokens,
@@ -115,7 +115,3 @@ def schema_of(record: type[tuple[Any, ...]]) -> pa.Schema:
 REQUEST_SCHEMA = schema_of(RequestRecord)
 STEP_SCHEMA = schema_of(StepRecord)
 MEMORY_SCHEMA = schema_of(MemoryRecord)
-
-
-def _nan_to_none(value: float) -> float | None:
-    return None if math.isnan(value) else value

@@ -22,7 +22,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
     filled = kv.filled_blocks
     if seats.prefilling:
         filled += sum(blocks_for_tokens(s.done_tokens, bs) for s in seats.prefilling.values())
-    cached = kv.num_cached_blocks
+    cached = kv.prefix.num_blocks if kv.prefix is not None else 0
     external = kv.external_frag_tokens(core.head()) if kv.has_external_fragmentation else 0
     changed = step.external_changed_at_step
     if changed >= num_steps:  # every step it covers ended before the waiting head changed
@@ -35,7 +35,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         step.started_at_s,
         now_s - step.started_at_s,
         kv.pool.num_total_blocks,
-        seats.stored_tokens(last_index),
+        seats.kv_offset_sum + seats.num_decode * last_index - seats.decoder_cached_sum + seats.prefill_done_sum,
         filled,
         kv.pool.num_used_blocks - cached,
         cached,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from clustersim.cost.base import StepBatch
+from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.replica.seats import Seat
 from clustersim.workload.request import Request
@@ -58,8 +59,13 @@ class Builder:
         "swap_blocks",
     )
 
-    def __init__(self, core: Core, now_s: float) -> None:
+    def __init__(self, core: Core) -> None:
         self._core = core
+        self.reset(0.0)
+
+    def reset(self, now_s: float) -> None:
+        """Start composing the step that begins at ``now_s``."""
+        core = self._core
         self.now_s = now_s
         self.decode_index = core.seats.decode_index
         self.chunks: list[tuple[Seat, int]] = []
@@ -118,8 +124,11 @@ class Builder:
 
     def continue_prefills(self) -> None:
         """Give started prompts their next chunks, in admission order, within the token budget."""
+        prefilling = self._core.seats.prefilling
+        if not prefilling:
+            return
         tokens_left = self._tokens_left()
-        for seat in self._core.seats.prefilling.values():
+        for seat in prefilling.values():
             if tokens_left <= 0:
                 break
             chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
@@ -131,15 +140,19 @@ class Builder:
         """Admit waiting heads in order while they fit (at most ``max_admitted``); nothing is admitted
         while swapped sequences wait."""
         core = self._core
-        if core.swapped:
+        if core.swapped or (head := core.head()) is None:
             return 0
         tokens_left = self._tokens_left()
         if tokens_left <= 0:
             return 0
         num_admitted = 0
         max_seqs, kv, seats = core.limits.max_num_seqs, core.kv, core.seats.seats
-        while (head := core.head()) is not None and num_admitted != max_admitted:
-            hit, cached = kv.prefix_hit(head)
+        caching = kv.prefix is not None
+        hit: list[Segment] = []
+        cached = 0
+        while head is not None and num_admitted != max_admitted:
+            if caching:
+                hit, cached = kv.prefix_hit(head)
             needed = kv.blocks_to_admit(head, cached)
             first = not self.chunks
             if not admits(
@@ -152,6 +165,7 @@ class Builder:
             self.chunk_tokens += chunk
             tokens_left -= chunk
             num_admitted += 1
+            head = core.head()
         return num_admitted
 
     # ------------------------------------------------------------------ the result

@@ -88,6 +88,7 @@ class Core:
         self.num_swaps = 0
         self._shapes: dict[int, DecodeStepShape] = {}
         self._may_hold = policy.holds
+        self._builder = Builder(self)
 
     # ------------------------------------------------------------------ queues
     @property
@@ -173,7 +174,8 @@ class Core:
                     self.reject(request, self.slo.shed_reason(request))
                 else:
                     self.deferred.append(request)
-        builder = Builder(self, now_s)
+        builder = self._builder
+        builder.reset(now_s)
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
@@ -184,7 +186,7 @@ class Core:
             return None
         d = builder.decode_index
         advances = builder.includes_decodes or self.seats.num_decode == 0
-        step = Step(now_s, d, batch, builder.chunks, builder.num_preempted, advances)
+        step = Step(now_s, d, batch, builder.chunks, builder.num_preempted, advances)  # takes the chunk list
         step.num_swapped_out = builder.num_swapped_out
         n = batch.num_decode_seqs
         if builder.chunks or builder.swap_blocks:  # priced as one iteration, PCIe copies included

@@ -16,5 +16,4 @@ class Continuous(PolicyBase):
     def plan(self, step: StepBuilder) -> None:
         step.decode()
         step.swap_in()
-        step.continue_prefills()
-        step.admit(chunked=False)
+        step.admit(chunked=False)  # whole prompts: no prompt is left half-computed between steps
