@@ -9,7 +9,7 @@ such steps is a sum of arithmetic series, split where each piece's max switches 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Sequence
 
 from clustersim.cost.base import DecodeStepShape
 
@@ -150,41 +150,43 @@ def run_integrals(
     first_context_tokens: float,
     growth_tokens: float,
     num_steps: int,
-    blocks_at: Callable[[int], int],
-    period: int,
+    blocks: Sequence[int],
 ) -> tuple[float, float, float]:
     """Time integrals a ledger row of a run needs, in closed form: ``(T, sum_j dur_j * j, sum_j dur_j * G_j)``.
 
     ``dur_j`` is step j's duration, ``T`` their sum, and ``G_j`` the blocks taken at steps 1..j, where
-    step ``s`` takes ``blocks_at(s)`` blocks, a function of ``s mod period``. Both weighted sums
-    are 0 for a single step. The cost is O(min(steps, period)), not O(steps).
+    step ``s`` takes ``blocks[(s - 1) % len(blocks)]`` blocks (``blocks`` lists steps 1, 2, ... of one
+    period, or all of them if the run is shorter). Both weighted sums are 0 for a single step. The
+    cost is O(min(steps, period)), not O(steps).
     """
     if num_steps <= 1:
         return run_duration_s(shape, first_context_tokens, growth_tokens, num_steps), 0.0, 0.0
+    period = len(blocks)
     # sum_j dur_j * j = (K - 1) T(K) - sum_{s=1}^{K-1} T(s);  sum_j dur_j * G_j = sum_{s=1}^{K-1} g(s) (T(K) - T(s))
     if num_steps <= period + 1:  # each boundary once, step by step
-        boundary_sum = time_s = 0.0
-        marks: list[tuple[int, float]] = []
-        for s in range(1, num_steps):
-            time_s += shape.duration_s(first_context_tokens + growth_tokens * (s - 1))
-            boundary_sum += time_s
-            blocks = blocks_at(s)
-            if blocks:
-                marks.append((blocks, time_s))
-        total_s = time_s + shape.duration_s(first_context_tokens + growth_tokens * (num_steps - 1))
-        growth_sum = 0.0
-        for blocks, mark_s in marks:
-            growth_sum += blocks * (total_s - mark_s)
-        return total_s, (num_steps - 1) * total_s - boundary_sum, growth_sum
+        fixed_s, pieces = shape.fixed_s, shape.pieces
+        time_s = index_sum = weighted_s = 0.0
+        grown = 0
+        for j in range(num_steps):
+            context = first_context_tokens + growth_tokens * j
+            duration_s = fixed_s
+            for a, b, c, d in pieces:
+                first, second = a + b * context, c + d * context
+                duration_s += first if first >= second else second
+            time_s += duration_s
+            index_sum += j * duration_s
+            if j:
+                grown += blocks[j - 1]
+                weighted_s += grown * duration_s
+        return time_s, index_sum, weighted_s
     total_s = run_duration_s(shape, first_context_tokens, growth_tokens, num_steps)
     ranges = step_ranges(shape, first_context_tokens, growth_tokens, num_steps)
     index_sum = (num_steps - 1) * total_s - boundary_time_sum(ranges, 1, 1, num_steps - 1)
     growth_sum = 0.0
-    for residue in range(period):  # the boundaries s = residue (mod period), summed in closed form
-        first = residue if residue else period
-        blocks = blocks_at(first)
-        if not blocks or first > num_steps - 1:
+    for first in range(1, period + 1):  # the boundaries s = first (mod period), summed in closed form
+        taken = blocks[first - 1]
+        if not taken or first > num_steps - 1:
             continue
         count = (num_steps - 1 - first) // period + 1
-        growth_sum += blocks * (count * total_s - boundary_time_sum(ranges, first, period, count))
+        growth_sum += taken * (count * total_s - boundary_time_sum(ranges, first, period, count))
     return total_s, index_sum, growth_sum

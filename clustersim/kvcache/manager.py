@@ -152,9 +152,11 @@ class KVManager:
             total += len(buckets[(1 - s) % bs])
         return total
 
-    def growth_at(self, index: int) -> int:
-        """Blocks the decoding sequences take at decode step ``index`` (periodic in the block size)."""
-        return len(self._buckets[(1 - index) % self.block_size_tokens])
+    def growth_counts(self, first_index: int, count: int) -> list[int]:
+        """Blocks the decoding sequences take at each of decode steps ``first_index .. first_index + count - 1``
+        (periodic in the block size)."""
+        bs, buckets = self.block_size_tokens, self._buckets
+        return [len(buckets[(1 - index) % bs]) for index in range(first_index, first_index + count)]
 
     def affordable_steps(self, first_index: int, max_steps: int) -> int:
         """How many decode steps from ``first_index`` (at most ``max_steps``) fit their growth in the free pool."""

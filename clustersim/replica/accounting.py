@@ -51,9 +51,8 @@ def run_span(kv: KVManager, step: Step, num_steps: int, grown: int, changed: int
     n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
     assert step.anchor is not None
     shape, first = step.anchor.shape, step.first_index
-    duration_s, index_integral_s, growth_integral_s = run_integrals(
-        shape, context, n, num_steps, lambda s: kv.growth_at(first + s), kv.block_size_tokens
-    )
+    blocks = kv.growth_counts(first + 1, min(num_steps - 1, kv.block_size_tokens))
+    duration_s, index_integral_s, growth_integral_s = run_integrals(shape, context, n, num_steps, blocks)
     changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
     return RunSpan(
         num_steps,

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.cost.base import DecodeStepShape
-from clustersim.cost.runs import run_duration_s, steps_done_by
+from clustersim.cost.runs import run_duration_s, run_integrals, steps_done_by
 
 
 def stepwise(shape: DecodeStepShape, first: float, growth: float, num_steps: int) -> float:
@@ -54,3 +54,28 @@ def test_steps_done_by_inverts_the_run(parts, num_steps, frac):
     assert run_duration_s(shape, 1000, 8, done) <= elapsed
     if done < num_steps:
         assert run_duration_s(shape, 1000, 8, done + 1) > elapsed
+
+
+# ----------------------------------------------------------------------------- ledger integrals of a run
+@settings(max_examples=300, deadline=None)
+@given(
+    fixed_s=st.floats(1e-4, 1e-2),
+    pieces=st.lists(
+        st.tuples(st.floats(0, 1e-3), st.floats(0, 1e-7), st.floats(0, 1e-3), st.floats(0, 1e-7)), max_size=3
+    ),
+    first_context=st.integers(0, 100_000),
+    growth=st.integers(0, 300),
+    num_steps=st.integers(1, 120),
+    pattern=st.lists(st.integers(0, 6), min_size=1, max_size=16),
+)
+def test_run_integrals_equal_the_sums_over_the_steps(fixed_s, pieces, first_context, growth, num_steps, pattern):
+    """T, sum dur_j * j and sum dur_j * G_j in closed form = the same sums taken step by step."""
+    shape = DecodeStepShape(fixed_s, tuple(pieces))
+    period = len(pattern)
+    blocks = pattern[: min(num_steps - 1, period)] if num_steps > 1 else []
+    total_s, index_sum, growth_sum = run_integrals(shape, first_context, growth, num_steps, blocks)
+    durations = [shape.duration_s(first_context + growth * j) for j in range(num_steps)]
+    grown = [sum(pattern[(s - 1) % period] for s in range(1, j + 1)) for j in range(num_steps)]
+    assert total_s == pytest.approx(sum(durations), rel=1e-9)
+    assert index_sum == pytest.approx(sum(j * d for j, d in enumerate(durations)), rel=1e-9, abs=1e-12)
+    assert growth_sum == pytest.approx(sum(g * d for g, d in zip(grown, durations, strict=True)), rel=1e-9, abs=1e-12)
