@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class StepBatch:
+class StepBatch(NamedTuple):
     """The shape of one iteration, as the cost model needs it.
 
     Attributes:
