@@ -4,14 +4,17 @@
 rejected, or the run ends); ``steps.parquet`` one :class:`StepRecord` per scheduler iteration, or
 per run of identical decode steps (``num_steps`` > 1); ``memory.parquet`` one :class:`MemoryRecord`
 per step or run: where the replica's KV capacity went (the ledger categories add up to
-``capacity_bytes``). Column names carry units. The simulator builds records by field name, the
-writers store them as they are, and the analysis layer reads columns by these names.
+``capacity_bytes``). Column names carry units. The simulator builds records in field order (hot
+paths: a comment names the field where the value does not), the writers store them as they are,
+and the analysis layer reads columns by these names.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple, get_type_hints
+import types
+from typing import Annotated, Any, NamedTuple, get_args, get_type_hints
 
+import numpy as np
 import pyarrow as pa
 
 from clustersim.workload.request import Request
@@ -42,21 +45,21 @@ class RequestRecord(NamedTuple):
     def of(cls, request: Request) -> RequestRecord:
         # x == x is False only for NaN: times that never happened are written as nulls
         return cls(
-            request_id=request.request_id,
-            tenant=request.tenant,
-            replica=request.replica,
-            prompt_tokens=request.prompt_tokens,
-            output_tokens=request.output_tokens,
-            arrival_at_s=request.arrival_at_s,
-            first_scheduled_at_s=scheduled if (scheduled := request.first_scheduled_at_s) == scheduled else None,
-            first_token_at_s=first if (first := request.first_token_at_s) == first else None,
-            finished_at_s=finished if (finished := request.finished_at_s) == finished else None,
-            status=request.status,
-            num_preemptions=request.num_preemptions,
-            num_emitted_tokens=request.num_emitted_tokens,
-            reject_reason=request.reject_reason,
-            session_id=request.session_id,
-            num_cached_prompt_tokens=request.num_cached_prompt_tokens,
+            request.request_id,
+            request.tenant,
+            request.replica,
+            request.prompt_tokens,
+            request.output_tokens,
+            request.arrival_at_s,
+            scheduled if (scheduled := request.first_scheduled_at_s) == scheduled else None,  # first_scheduled_at_s
+            first if (first := request.first_token_at_s) == first else None,  # first_token_at_s
+            finished if (finished := request.finished_at_s) == finished else None,  # finished_at_s
+            request.status,
+            request.num_preemptions,
+            request.num_emitted_tokens,
+            request.reject_reason,
+            request.session_id,
+            request.num_cached_prompt_tokens,
         )
 
 
@@ -110,6 +113,19 @@ def schema_of(record: type[tuple[Any, ...]]) -> pa.Schema:
     """The Parquet schema of a record type: its fields, in order, with their Arrow types."""
     hints = get_type_hints(record, include_extras=True)
     return pa.schema([(name, hints[name].__metadata__[0]) for name in record._fields])  # type: ignore[attr-defined]
+
+
+def numpy_dtypes_of(record: type[tuple[Any, ...]]) -> tuple[type[np.generic] | None, ...]:
+    """Per field, the NumPy type a column of it converts through (the fast way to Arrow), or None
+    where the field may be null or is not a number."""
+    hints = get_type_hints(record, include_extras=True)
+    by_arrow: dict[pa.DataType, type[np.generic]] = {I32: np.int32, I64: np.int64, F64: np.float64}
+    dtypes = []
+    for name in record._fields:  # type: ignore[attr-defined]
+        python_type, arrow_type = get_args(hints[name])
+        nullable = isinstance(python_type, types.UnionType) and type(None) in get_args(python_type)
+        dtypes.append(None if nullable else by_arrow.get(arrow_type))
+    return tuple(dtypes)
 
 
 REQUEST_SCHEMA = schema_of(RequestRecord)

@@ -84,15 +84,15 @@ def ledger_row(
             worst_external = max(worst_external, span.external_before_tokens)
     free = (total - used - cached) * bs
     return MemoryRecord(
-        replica=replica,
-        started_at_s=started_at_s,
-        duration_s=duration_s,
-        capacity_bytes=total * bs * b,
-        stored_bytes=stored * b,
-        internal_frag_bytes=(filled * bs - stored) * b,
-        reserved_unused_bytes=(used - filled) * bs * b,
-        external_frag_bytes=external * b,
-        cached_prefix_bytes=cached * bs * b,
-        free_bytes=(free - external) * b,
-        min_free_bytes=(last_free - worst_external) * b,
+        replica,
+        started_at_s,
+        duration_s,
+        total * bs * b,  # capacity_bytes
+        stored * b,  # stored_bytes
+        (filled * bs - stored) * b,  # internal_frag_bytes
+        (used - filled) * bs * b,  # reserved_unused_bytes
+        external * b,  # external_frag_bytes
+        cached * bs * b,  # cached_prefix_bytes
+        (free - external) * b,  # free_bytes
+        (last_free - worst_external) * b,  # min_free_bytes
     )

@@ -257,20 +257,20 @@ class Core:
         batch, pool = step.batch, self.kv.pool
         self.log.steps.append(
             StepRecord(
-                replica=self.spec.index,
-                started_at_s=step.started_at_s,
-                duration_s=now_s - step.started_at_s,
-                num_steps=num_steps,
-                num_seqs=batch.num_seqs,
-                num_prefill_seqs=len(step.chunks),
-                num_prefill_tokens=batch.num_prefill_tokens,
-                num_decode_tokens=batch.num_decode_seqs,
-                num_emitted_tokens=batch.num_decode_seqs + num_first_tokens,
-                kv_used_blocks=pool.num_used_blocks,
-                kv_total_blocks=pool.num_total_blocks,
-                num_preemptions=step.num_preempted,
-                num_waiting=len(self.waiting) + len(self.deferred),
-                num_swaps=step.num_swapped_out,
+                self.spec.index,  # replica
+                step.started_at_s,
+                now_s - step.started_at_s,  # duration_s
+                num_steps,
+                batch.num_seqs,
+                len(step.chunks),  # num_prefill_seqs
+                batch.num_prefill_tokens,
+                batch.num_decode_seqs,  # num_decode_tokens
+                batch.num_decode_seqs + num_first_tokens,  # num_emitted_tokens
+                pool.num_used_blocks,  # kv_used_blocks
+                pool.num_total_blocks,  # kv_total_blocks
+                step.num_preempted,  # num_preemptions
+                len(self.waiting) + len(self.deferred),  # num_waiting
+                step.num_swapped_out,  # num_swaps
             )
         )
         self.log.memory.append(memory_record(self, step, num_steps, now_s, last_index, grown))
