@@ -8,6 +8,7 @@ step-by-step reference.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,11 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
     return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("CLUSTERSIM_PROPERTY_EXAMPLES", "250")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(scenarios())
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     """Every request's record is identical in both modes, and every summary figure equal to rounding."""

@@ -136,11 +136,17 @@ class Builder:
             self.chunk_tokens += chunk
             tokens_left -= chunk
 
+    def admission_closed(self) -> bool:
+        """No waiting head can be admitted, whichever it is: every seat is taken, or swapped
+        sequences wait. Neither changes during a run of decode steps."""
+        core = self._core
+        return bool(core.swapped) or len(core.seats.seats) >= core.limits.max_num_seqs
+
     def admit(self, chunked: bool, max_admitted: int | None = None) -> int:
         """Admit waiting heads in order while they fit (at most ``max_admitted``); nothing is admitted
         while swapped sequences wait."""
         core = self._core
-        if core.swapped or (head := core.head()) is None:
+        if self.admission_closed() or (head := core.head()) is None:
             return 0
         tokens_left = self._tokens_left()
         if tokens_left <= 0:

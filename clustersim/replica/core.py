@@ -9,7 +9,8 @@ Fast forward: a plan that only grew the running decodes repeats unchanged at lat
 :mod:`clustersim.replica.batching.base`), so such a step is extended into a run of identical decode
 steps, up to the next finish, the step where the KV pool would run short, or the first boundary
 where SLO admission acts on the waiting head. A request that becomes the waiting head during a run
-ends it at the next boundary, where the plan looks again; so does nothing else. The run's blocks
+ends it at the next boundary, where the plan looks again, unless admission is closed (every seat
+taken, or swapped sequences waiting) and no SLO rule is set; nothing else ends it. The run's blocks
 are taken lazily (what a router sees is what the step-by-step mode would hold at that instant) and
 its ledger row integrates its steps exactly. Every time is computed from the decode anchor in both
 modes, so ``simulation.fast_forward`` never changes a result.
@@ -145,6 +146,8 @@ class Core:
         if step.external_changed_at_step < 0:  # the steps ended so far saw the old head
             step.external_changed_at_step = num_ended
             step.external_before_tokens = self.kv.external_frag_tokens(old_head)
+        if self._builder.admission_closed() and not self.slo.active:
+            return False  # the plans at the run's boundaries admit no head, whichever it is
         boundary = num_ended + 1
         if num_ended and step.end_of(num_ended) == now_s and not planned(now_s):
             boundary = num_ended  # the plan at this very boundary is still to come

@@ -140,13 +140,25 @@ def test_arrival_mid_run_cuts_the_run_at_the_next_boundary(run_mapping):
     assert steps == [(0.0, 1, 1, 8), (1.0, 3, 1, 0), (4.0, 1, 2, 8), (5.0, 2, 2, 0), (7.0, 3, 1, 0)]
 
 
-def test_a_new_waiting_head_ends_the_run_at_the_next_boundary_even_if_it_cannot_join(run_mapping):
-    # one seat: B becomes the waiting head at 3.5, so the plan looks again at the boundary at t=4
-    # (one rule for both modes); it cannot join until A finishes at t=10, and A's run goes on
+def test_a_new_waiting_head_does_not_end_the_run_while_every_seat_is_taken(run_mapping):
+    # one seat, taken by A: B becomes the waiting head at 3.5 but no plan can admit any head until A
+    # finishes at t=10 (admission is closed), so A's run goes on
     raw = explicit_scenario([(0.0, 8, 10), (3.5, 8, 3)], scheduler={"max_num_seqs": 1})
     result = run_mapping(raw)
     steps = [(s["started_at_s"], s["num_steps"]) for s in read_steps(result)]
-    assert steps == [(0.0, 1), (1.0, 3), (4.0, 6), (10.0, 1), (11.0, 2)]
+    assert steps == [(0.0, 1), (1.0, 9), (10.0, 1), (11.0, 2)]
+    assert read_requests(result)[1]["first_scheduled_at_s"] == 10.0
+
+
+def test_a_new_waiting_head_ends_the_run_at_the_next_boundary_even_if_it_cannot_join(run_mapping):
+    # two seats, one free: B becomes the waiting head at 3.5, so the plan looks again at the boundary
+    # at t=4 (one rule for both modes); B's KV does not fit until A finishes, and A's run goes on
+    raw = explicit_scenario(
+        [(0.0, 8, 10), (3.5, 300, 3)], scheduler={"max_num_seqs": 2}, kv={"block_size_tokens": 1, "num_blocks": 310}
+    )
+    result = run_mapping(raw)
+    steps = [(s["started_at_s"], s["num_steps"]) for s in read_steps(result)]
+    assert steps[:3] == [(0.0, 1), (1.0, 3), (4.0, 6)]
     assert read_requests(result)[1]["first_scheduled_at_s"] == 10.0
 
 

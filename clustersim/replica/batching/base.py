@@ -4,8 +4,8 @@ A policy never touches replica state itself: it calls the primitives of a :class
 (grow and include the running decodes, bring swapped sequences back, continue started prompts,
 admit waiting heads), which apply each decision. The replica's fast path needs nothing more from
 a policy: a plan that only grew the running decodes repeats unchanged at the next boundaries until
-a sequence finishes, the KV pool runs short, the waiting head changes or a time-dependent rule
-(SLO admission) acts, because admission walks the waiting queue in order, stops at the first head
+a sequence finishes, the KV pool runs short, the waiting head changes while admission is open, or
+a time-dependent rule (SLO admission) acts, because admission walks the waiting queue in order, stops at the first head
 that does not fit, and nothing it checks (seats, free blocks, token budget) grows during a run.
 """
 
