@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from clustersim.clock import HORIZON_PRIORITY, Clock
 from clustersim.eventlog import RunLog
 from clustersim.replica.admission import SloAdmission
+from clustersim.replica.core import Core
 from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica
 from clustersim.router import ROUTERS
@@ -45,14 +46,16 @@ def build_replicas(plan: RunPlan, clock: Clock, log: RunLog, on_final: Callable[
         replicas.append(
             Replica(
                 clock,
-                plan.replica_spec(index, group),
-                plan.policy.build(plan.limits),
-                plan.allocator(plan.kv_spec(group)),
-                SloAdmission(sched.slo_admission, plan.ttft_targets_s, group.cost_model),
-                group.cost_model,
-                log,
-                on_final,
-                make_queue(sched.ordering, plan.priorities),
+                Core(
+                    plan.replica_spec(index, group),
+                    plan.policy.build(plan.limits),
+                    plan.allocator(plan.kv_spec(group)),
+                    SloAdmission(sched.slo_admission, plan.ttft_targets_s, group.cost_model),
+                    group.cost_model,
+                    log,
+                    on_final,
+                    make_queue(sched.ordering, plan.priorities),
+                ),
             )
         )
     return replicas

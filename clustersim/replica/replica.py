@@ -8,42 +8,25 @@ plan after them, so a request arriving exactly at a step boundary is admitted at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import simpy
 
 from clustersim.clock import Clock, plan_priority, step_end_priority
-from clustersim.cost.base import CostModel
-from clustersim.eventlog import RunLog
-from clustersim.kvcache.manager import KVManager
-from clustersim.replica.admission import SloAdmission
-from clustersim.replica.batching import BatchingPolicy
-from clustersim.replica.core import Core, ReplicaSpec
-from clustersim.replica.queues import WaitingQueue
+from clustersim.replica.core import Core
 from clustersim.workload.request import Request
 
 
 class Replica:
     """A model instance that batches requests iteration by iteration."""
 
-    def __init__(
-        self,
-        clock: Clock,
-        spec: ReplicaSpec,
-        policy: BatchingPolicy,
-        kv: KVManager,
-        slo: SloAdmission,
-        cost_model: CostModel,
-        log: RunLog,
-        on_final: Callable[[Request], None],
-        waiting: WaitingQueue,
-    ) -> None:
+    def __init__(self, clock: Clock, core: Core) -> None:
         self.clock = clock
-        self.index = spec.index
-        self.core = Core(spec, policy, kv, slo, cost_model, log, on_final, waiting)
-        self._end_priority = step_end_priority(spec.index)
-        self._plan_priority = plan_priority(spec.index)
+        self.index = core.spec.index
+        self.core = core
+        self._end_priority = step_end_priority(self.index)
+        self._plan_priority = plan_priority(self.index)
         self._wakeup: simpy.Event | None = None
         self.process = clock.process(self._run())
 
