@@ -6,7 +6,9 @@ import importlib.util
 import os
 import platform
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +33,13 @@ from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.doctables import shown_command, write_doc_table
-from clustersim.errors import ClusterSimError, did_you_mean
+from clustersim.errors import ClusterSimError, did_you_mean, one_line
 from clustersim.invariants import InvariantViolation
 from clustersim.runner import run_scenario
 
 EXIT_BAD_INPUT = 2
 EXIT_BUG = 3
+EXIT_INTERRUPTED = 130
 
 
 def _write_doc(target: str, markdown: str, note: str = "") -> None:
@@ -49,8 +52,51 @@ def _write_doc(target: str, markdown: str, note: str = "") -> None:
 
 
 def _fail(message: str) -> None:
-    click.echo(f"clustersim: error: {message}", err=True)
+    click.echo(f"clustersim: error: {one_line(message)}", err=True)
     sys.exit(EXIT_BAD_INPUT)
+
+
+def write_crash_report(exc: BaseException, argv: list[str]) -> Path:
+    """Write the traceback of an unexpected exception to a new file in the temporary folder."""
+    handle, name = tempfile.mkstemp(prefix=f"clustersim-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
+    with os.fdopen(handle, "w", encoding="utf-8") as report:
+        report.write(f"clustersim {__version__}, Python {platform.python_version()}, {platform.platform()}\n")
+        report.write(f"command: clustersim {' '.join(argv)}\n\n")
+        report.write("".join(traceback.format_exception(exc)))
+    return Path(name)
+
+
+class GuardedGroup(click.Group):
+    """The command group, with a guard: bad input and unwritable places end in one line and exit 2,
+    anything unexpected in one line pointing at a crash report with the traceback and exit 3."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except ClusterSimError as exc:
+            _fail(str(exc))
+        except OSError as exc:  # the environment: a disk full, a folder not writable, a path too long
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or type(exc).__name__}")
+        except KeyboardInterrupt:
+            click.echo("clustersim: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # the guard of last resort
+            argv = sys.argv[1:]
+            try:
+                report = str(write_crash_report(exc, argv))
+            except OSError:
+                report = "(could not be written)"
+            what = one_line(" ".join(argv[:2]), 120)
+            click.echo(
+                f"clustersim: internal error running '{what}': {one_line(type(exc).__name__)}; "
+                f"the traceback is in {report} (please include it in a bug report)",
+                err=True,
+            )
+            sys.exit(EXIT_BUG)
+        return None
 
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
@@ -122,7 +168,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="clustersim")
 def main() -> None:
     """clustersim: a discrete-event performance model of an LLM GPU serving cluster."""
@@ -137,15 +183,13 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     """Run SCENARIO (a YAML file or a built-in name; the built-in default chat scenario if omitted)."""
     try:
         loaded = load_scenario(resolve_scenario_path(scenario), overrides)
-        if out_dir is None:
-            out_dir = Path("runs") / f"{loaded.scenario.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         started = time.perf_counter()
         result = run_scenario(loaded, out_dir)
     except ClusterSimError as exc:
         _fail(str(exc))
         return
     except InvariantViolation as exc:
-        click.echo(f"clustersim: internal error: {exc} (outputs kept in {out_dir})", err=True)
+        click.echo(f"clustersim: internal error: {one_line(str(exc))} (outputs kept in {exc.out_dir})", err=True)
         sys.exit(EXIT_BUG)
     wall_s = time.perf_counter() - started
     if not quiet:
@@ -218,7 +262,13 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | Non
 @click.option(
     "--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/compare-NAME-TIME]."
 )
-@click.option("--jobs", default=os.cpu_count() or 1, show_default=True, help="Variants run in parallel.")
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=os.cpu_count() or 1,
+    show_default=True,
+    help="Variants run in parallel.",
+)
 @click.option("--columns", metavar="LABEL,...", help="Only these table columns (labels as printed), in this order.")
 @click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
 def compare_command(
@@ -233,10 +283,8 @@ def compare_command(
     """Run SCENARIO once per variant and print a comparison table (also written as comparison.csv)."""
     path = resolve_scenario_path(scenario)
     try:
-        if out_dir is None:
-            out_dir = Path("runs") / f"compare-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
         chosen = select_columns(columns)
-        rows = compare(path, vary, overrides, out_dir, jobs)
+        rows, out_dir = compare(path, vary, overrides, out_dir, jobs)
     except ClusterSimError as exc:
         _fail(str(exc))
         return

@@ -17,6 +17,7 @@ from typing import Any
 
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError, did_you_mean
+from clustersim.outdir import MAX_NAME_CHARS, new_default_folder, safe_name, unique_names
 from clustersim.runner import run_scenario
 
 COLUMNS = (
@@ -73,16 +74,14 @@ def variants(vary: Sequence[str]) -> list[Variant]:
         if not sep or not path.strip() or not split_values(text):
             raise ConfigError("--vary", item, "expected path=value1,value2,...")
         axes.append([(path.strip(), value) for value in split_values(text)])
-    result = []
-    for combo in itertools.product(*axes):
-        name = ",".join(_slug(value) for _, value in combo) or "base"
-        result.append(Variant(name, tuple(f"{path}={value}" for path, value in combo)))
-    return result
-
-
-def _slug(value: str) -> str:
-    keep = "".join(c if c.isalnum() or c in "-_." else "-" for c in value)
-    return "-".join(part for part in keep.split("-") if part) or "value"
+    combos = list(itertools.product(*axes))
+    names = unique_names(
+        ",".join(safe_name(value, "value") for _, value in combo)[:MAX_NAME_CHARS] or "base" for combo in combos
+    )
+    return [
+        Variant(name, tuple(f"{path}={value}" for path, value in combo))
+        for name, combo in zip(names, combos, strict=True)
+    ]
 
 
 def _run_variant(scenario_path: Path, overrides: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
@@ -99,12 +98,15 @@ def _lookup(summary: dict[str, Any], dotted: str) -> Any:
 
 
 def compare(
-    scenario_path: Path, vary: Sequence[str], base_overrides: Sequence[str], out_dir: Path, jobs: int
-) -> list[dict[str, Any]]:
-    """Run every variant (``jobs`` at a time) and return one table row per variant, in order."""
+    scenario_path: Path, vary: Sequence[str], base_overrides: Sequence[str], out_dir: Path | None, jobs: int
+) -> tuple[list[dict[str, Any]], Path]:
+    """Run every variant (``jobs`` at a time) into ``out_dir/<variant>/`` (None: a new folder
+    ``runs/compare-<scenario>-<time>``); returns one table row per variant, in order, and the folder."""
     todo = variants(vary)
     for variant in todo:  # validate every variant before running any
         load_scenario(scenario_path, (*base_overrides, *variant.overrides))
+    if out_dir is None:
+        out_dir = new_default_folder(f"compare-{scenario_path.stem}")
     args = [(scenario_path, (*base_overrides, *v.overrides), out_dir / v.name) for v in todo]
     if jobs > 1 and len(args) > 1:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
@@ -118,7 +120,7 @@ def compare(
             value = _lookup(summary, key)
             row[label] = value * scale if value is not None and scale is not None else value
         rows.append(row)
-    return rows
+    return rows, out_dir
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
+
+MAX_MESSAGE_CHARS = 400
+MAX_SHOWN_VALUE_CHARS = 60
 
 
 class ClusterSimError(Exception):
@@ -31,3 +35,15 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     lowered = {c.lower(): c for c in options}
     close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
+
+
+def one_line(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` safe to print as one terminal line: control characters (newlines, NUL, escapes)
+    shown escaped, at most ``limit`` characters."""
+    shown = "".join(repr(c)[1:-1] if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+    return shown if len(shown) <= limit else shown[: limit - 1] + "\u2026"
+
+
+def shown_value(value: object) -> str:
+    """A user's value quoted in a message: one line, cut short (it may come from a large file)."""
+    return one_line(repr(value), MAX_SHOWN_VALUE_CHARS)

@@ -7,6 +7,7 @@ A violation is a bug in clustersim, never bad input: it is raised loudly as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +18,12 @@ from clustersim.records import LEDGER_CATEGORIES
 
 
 class InvariantViolation(AssertionError):
-    """The simulator broke one of its own guarantees (a bug: please report it with the scenario)."""
+    """The simulator broke one of its own guarantees (a bug: please report it with the scenario).
+
+    ``out_dir``: the run folder whose files are kept for the report (set by the runner).
+    """
+
+    out_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,8 @@ def check_requests(requests: pa.Table) -> list[str]:
         problems.append("completed requests whose emitted tokens differ from their output length")
     if np.any(~done & (emitted >= outputs)):
         problems.append("unfinished or rejected requests that emitted all their tokens")
-    if np.any((status == "rejected") & (emitted != 0)):
-        problems.append("rejected requests that emitted tokens")
+    if np.any((status == "rejected") & (emitted != 0) & (np.asarray(requests.column("num_preemptions")) == 0)):
+        problems.append("rejected requests that emitted tokens without being preempted")
     return problems
 
 

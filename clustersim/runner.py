@@ -28,9 +28,10 @@ from clustersim.config.scenario import Scenario
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.metrics import kv_summary, summarize
+from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
-from clustersim.workload.traces import load_workload_data
+from clustersim.workload.traces import TenantData, load_workload_data
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,23 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def run_scenario(loaded: LoadedScenario, out_dir: Path, catalogue: Catalogue | None = None) -> RunResult:
-    """Run one scenario and write its logs and ``summary.json`` to ``out_dir``."""
+def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, catalogue: Catalogue | None = None) -> RunResult:
+    """Run one scenario and write its logs and ``summary.json`` to ``out_dir`` (None: a new folder
+    ``runs/<name>-<time>``)."""
     return run_plan(plan_run(loaded, catalogue), out_dir)
 
 
-def run_plan(plan: RunPlan, out_dir: Path) -> RunResult:
-    """Run a planned scenario and write its logs and ``summary.json`` to ``out_dir``."""
+def run_plan(plan: RunPlan, out_dir: Path | None = None) -> RunResult:
+    """Run a planned scenario and write its logs and ``summary.json`` to ``out_dir`` (None: a new
+    folder ``runs/<name>-<time>``)."""
     workload_data = load_workload_data(plan.scenario.workload, plan.base_dir, plan.source)  # before any output
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir is None:
+        out_dir = new_default_folder(plan.scenario.name)
+    with claimed_folder(out_dir):
+        return _run_into(plan, workload_data, out_dir)
+
+
+def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path) -> RunResult:
     incomplete = out_dir / "INCOMPLETE"
     incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
     log = RunLog(out_dir, scenario_metadata(plan.scenario))
@@ -83,6 +92,7 @@ def run_plan(plan: RunPlan, out_dir: Path) -> RunResult:
         check_run(tables["requests"], tables["steps"], plan.scenario, ends, tables["memory"])
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
+        exc.out_dir = out_dir
         raise
     summary = summarize_run(plan, tables["requests"], tables["steps"], tables["memory"])
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}

@@ -170,9 +170,9 @@ def load_run(run_dir: Path) -> RunData:
     if not run_dir.is_dir():
         raise RunDirError(run_dir, "not a directory (expected a clustersim run directory)")
     requests_path = run_dir / "requests.parquet"
+    if (run_dir / "INCOMPLETE").exists():
+        raise RunDirError(run_dir, "the run did not finish (INCOMPLETE is present): its files are partial or stale")
     if not requests_path.is_file():
-        if (run_dir / "INCOMPLETE").exists():
-            raise RunDirError(run_dir, "the run did not finish (INCOMPLETE is present); no requests.parquet")
         raise RunDirError(run_dir, "no requests.parquet here (not a clustersim run directory?)")
     requests, scenario = _read_table(requests_path, REQUEST_COLUMNS)
     steps, _ = _read_table(run_dir / "steps.parquet", STEP_COLUMNS)

@@ -2,13 +2,57 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Annotated, Any, Union, get_args, get_origin
+
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+
+# Numbers must fit the arithmetic they enter: counts (tokens, blocks, requests, users) within 32-bit
+# integers, so that sums over millions of requests fit 64 bits; byte sizes exact in a float; a seed
+# within 64 bits; floats normal (a subnormal rate such as 1e-320 per second has an infinite mean gap)
+# and at most 1e100; times (``*_s``) at most 1e9 s (31 years: a step of a millisecond still moves
+# the clock there).
+MAX_COUNT = 2**31 - 1
+MAX_BYTES = 2**53
+MAX_SEED = 2**63 - 1
+MAX_FLOAT = 1e100
+MAX_SECONDS = 1e9
 
 
 class StrictModel(BaseModel):
-    """Base for every config model: frozen, unknown keys rejected."""
+    """Base for every config model: frozen, unknown keys rejected, floats finite. The loader also
+    checks that numbers are within the magnitudes above and that ``true``/``false`` appear only
+    where a field is a yes/no (:func:`clustersim.config.loader.validate_mapping`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+def number_problem(value: Any, field_name: str = "") -> str | None:
+    """What is wrong with a validated number for the arithmetic it enters (None: nothing): an
+    integer beyond 2**31 - 1 (``*_bytes``: 2**53; a ``seed``: 2**63 - 1), a subnormal float, a
+    float beyond 1e100 (``*_s``: 1e9 s) in magnitude."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        limit = MAX_SEED if field_name == "seed" else MAX_BYTES if field_name.endswith("_bytes") else MAX_COUNT
+        return f"{value:.3g} is too large (at most {limit:,})" if abs(value) > limit else None
+    if isinstance(value, float):
+        if value != 0 and abs(value) < sys.float_info.min:
+            return f"{value:.3g} is too small to compute with (a subnormal float)"
+        limit_f = MAX_SECONDS if field_name.endswith("_s") else MAX_FLOAT
+        if abs(value) > limit_f:
+            return f"{value:.3g} is too large (at most {limit_f:.0e})"
+    return None
+
+
+def takes_bool(annotation: Any) -> bool:
+    """Whether a field of this type may hold ``true``/``false``."""
+    if annotation is bool or annotation is Any:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType) or get_origin(annotation) is Annotated:
+        return any(takes_bool(arg) for arg in get_args(annotation))
+    return False
 
 
 # ----------------------------------------------------------------------------- SLO

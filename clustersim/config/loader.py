@@ -17,8 +17,9 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from clustersim.config.base import number_problem, takes_bool
 from clustersim.config.scenario import Scenario
-from clustersim.errors import ConfigError, did_you_mean
+from clustersim.errors import ConfigError, did_you_mean, one_line, shown_value
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,12 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(str(path), where, f"invalid YAML: {_one_line(exc.problem or str(exc))}") from None
+        raise ConfigError(str(path), where, f"invalid YAML: {one_line(exc.problem or str(exc))}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"invalid YAML: {_one_line(str(exc))}") from None
+        raise ConfigError(str(path), "", f"invalid YAML: {one_line(str(exc))}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", f"must be a YAML mapping of keys to values, not {type(data).__name__}")
     return data
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], source: str) -> dict[str, Any]:
@@ -180,9 +177,11 @@ def check_unknown_keys(raw: Any, annotation: Any, source: str, path: str = "") -
             if key not in fields:
                 raise ConfigError(
                     source,
-                    _join(path, str(key)),
+                    _join(path, one_line(str(key), 60)),
                     f"unknown field{did_you_mean(str(key), fields)}; allowed: {', '.join(fields)}",
                 )
+            if isinstance(value, bool) and not takes_bool(fields[key].annotation):
+                raise ConfigError(source, _join(path, key), f"expects a number or text, not {str(value).lower()}")
             check_unknown_keys(value, fields[key].annotation, source, _join(path, key))
             _check_discriminated_field(value, fields[key], source, _join(path, key))
         return
@@ -259,7 +258,7 @@ def format_validation_error(exc: ValidationError, source: str, model: type[BaseM
     elif error["type"] not in ("value_error", "assertion_error") and "input" in error:
         shown = error["input"]
         if not isinstance(shown, dict | list):
-            message = f"{message} (got {shown!r})"
+            message = f"{message} (got {shown_value(shown)})"
     return ConfigError(source, path, message)
 
 
@@ -267,9 +266,27 @@ def validate_mapping(raw: dict[str, Any], model: type[BaseModel], source: str) -
     """Validate ``raw`` against ``model``: unknown keys first, then pydantic's checks."""
     check_unknown_keys(raw, model, source)
     try:
-        return model.model_validate(raw)
+        validated = model.model_validate(raw)
     except ValidationError as exc:
         raise format_validation_error(exc, source, model) from None
+    check_numbers(validated, source)
+    return validated
+
+
+def check_numbers(value: Any, source: str, path: str = "", field_name: str = "") -> None:
+    """Raise :class:`ConfigError` for the first number in a validated config that the arithmetic
+    cannot take (see :func:`clustersim.config.base.number_problem`)."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            check_numbers(getattr(value, name), source, _join(path, name), name)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            check_numbers(item, source, _join(path, index), field_name)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_numbers(item, source, _join(path, str(key)), field_name)
+    elif (problem := number_problem(value, field_name)) is not None:
+        raise ConfigError(source, path, problem)
 
 
 def scenario_from_mapping(raw: dict[str, Any], source: str) -> Scenario:

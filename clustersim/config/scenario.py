@@ -233,6 +233,17 @@ class Scheduler(StrictModel):
             raise ValueError(f"batch_wait_s applies to policy static only, not {self.policy}")
         return self
 
+    @model_validator(mode="after")
+    def _budget_holds_a_decode_step(self) -> Scheduler:
+        # a decode step batches one token per running sequence; vLLM refuses the same configuration
+        # (SchedulerConfig: max_num_batched_tokens must be >= max_num_seqs)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least max_num_seqs "
+                f"({self.max_num_seqs}): a decode step batches one token per sequence"
+            )
+        return self
+
 
 AllocatorKind = Literal["paged", "contiguous"]
 ReserveMode = Literal["max_output", "max_model_len"]

@@ -77,6 +77,18 @@ class KVManager:
         """Why ``request`` can never fit this cache, or an empty string."""
         return capacity_reason(request, self.reserve, self.spec.num_blocks, self.spec.watermark_blocks)
 
+    def readmission_reason(self, request: Lengths) -> str:
+        """Why a preempted ``request`` (to be recomputed: prompt + tokens emitted so far) can never be
+        admitted again, above the watermark, or an empty string."""
+        needed = self.blocks_to_admit(request)
+        admissible = self.spec.num_blocks - self.spec.watermark_blocks
+        if needed <= admissible:
+            return ""
+        return (
+            f"preempted; recomputing it needs {needed} KV blocks, more than the {admissible} the replica admits "
+            f"above its {self.spec.watermark_blocks}-block watermark (vLLM ignores such a request too)"
+        )
+
     def blocks_to_admit(self, request: Lengths, cached_tokens: int = 0) -> int:
         return blocks_to_admit(request, self.reserve, cached_tokens)
 

@@ -324,7 +324,11 @@ class Core:
             self.kv.swap_out(blocks)
             self.swapped.append((request, kv_tokens, blocks))
             return blocks
-        self.waiting.push_front(request)
+        reason = self.kv.readmission_reason(request)
+        if reason:
+            self.reject(request, reason)
+        else:
+            self.waiting.push_front(request)
         return 0
 
     def finish(self, seat: Seat, last_index: int, now_s: float) -> None:
