@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from clustersim.config.base import number_problem, takes_bool
 from clustersim.config.scenario import Scenario
+from clustersim.config.yamlsafe import check_size, parse_yaml
 from clustersim.errors import ConfigError, did_you_mean, one_line, shown_value
 
 
@@ -37,13 +37,9 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
         raise ConfigError(str(path), "", "no such file")
     try:
         with path.open(encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(str(path), where, f"invalid YAML: {one_line(exc.problem or str(exc))}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "", f"invalid YAML: {one_line(str(exc))}") from None
+            data = parse_yaml(handle, str(path))
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot be read: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise ConfigError(str(path), "", f"must be a YAML mapping of keys to values, not {type(data).__name__}")
     return data
@@ -60,9 +56,11 @@ def apply_overrides(raw: dict[str, Any], overrides: Sequence[str], source: str) 
         if not sep or not path.strip():
             raise ConfigError("--set", item, "expected dotted.path=value")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
-            value = text
+            value = parse_yaml(text, "--set")
+        except ConfigError as exc:
+            if not exc.problem.startswith("invalid YAML"):
+                raise ConfigError("--set", one_line(path.strip(), 60), exc.problem) from None
+            value = text  # not YAML: taken as text
         keys = path.strip().split(".")
         node: Any = result
         for depth, key in enumerate(keys[:-1]):
@@ -303,6 +301,7 @@ def load_scenario(path: Path, overrides: Sequence[str] = ()) -> LoadedScenario:
     if overrides:
         raw = apply_overrides(raw, overrides, source)
         source = f"{path} (with --set)"
+        check_size(raw, source)  # aliases the overrides' copy expanded
     return LoadedScenario(scenario_from_mapping(raw, source), source, path.resolve().parent)
 
 
