@@ -2,13 +2,43 @@
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from clustersim.config.base import StrictModel
 
 T = TypeVar("T")
+
+# fields that may be zero (every other number of a profile must be positive)
+MAY_BE_ZERO = frozenset({"num_dense_layers", "num_shared_experts"})
+
+
+def check_physical(profile: StrictModel) -> None:
+    """Raise ValueError for a profile number that cannot be physical: fractions (``*_frac``) outside
+    (0, 1], times (``*_s``, rates ``*_per_s`` aside) negative, anything else not positive (a few counts may be zero)."""
+    for name in type(profile).model_fields:
+        cited = getattr(profile, name)
+        value: Any = cited.value if isinstance(cited, Cited) else None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if name.endswith("_frac"):
+            ok, rule = 0 < value <= 1, "a fraction in (0, 1]"
+        elif name.endswith("_s") and not name.endswith("_per_s"):
+            ok, rule = value >= 0, "a time of at least 0 s"
+        elif name in MAY_BE_ZERO:
+            ok, rule = value >= 0, "at least 0"
+        else:
+            ok, rule = value > 0, "positive"
+        if not ok:
+            raise ValueError(f"{name}: {value:g} must be {rule}")
+
+
+class _Physical(StrictModel):
+    @model_validator(mode="after")
+    def _physical(self) -> Any:
+        check_physical(self)
+        return self
 
 
 class Cited(StrictModel, Generic[T]):
@@ -18,7 +48,7 @@ class Cited(StrictModel, Generic[T]):
     source: str = Field(min_length=3)
 
 
-class HardwareProfile(StrictModel):
+class HardwareProfile(_Physical):
     """One GPU: datasheet peaks, links, the achievable fractions measured on it, and a planning price.
 
     The efficiencies and latencies under "calibrated" are fitted by ``clustersim validate-cost`` on
@@ -51,7 +81,7 @@ class HardwareProfile(StrictModel):
     prefill_attention_latency_s: Cited[float] | None = None
 
 
-class ModelProfile(StrictModel):
+class ModelProfile(_Physical):
     """A decoder-only transformer's architecture, as in its ``config.json``.
 
     Mixture-of-experts fields (``num_experts`` ...) and multi-head latent attention fields
@@ -89,7 +119,7 @@ class ModelProfile(StrictModel):
     v_head_dim: Cited[int] | None = None
 
 
-class EngineProfile(StrictModel):
+class EngineProfile(_Physical):
     """What a serving engine adds to every step on top of the GPU kernels.
 
     A step pays ``step_overhead_s + num_seqs x per_seq_overhead_s + num_layers x launch overhead

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,8 +21,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
+from clustersim.config.base import MAX_COUNT, MAX_SECONDS
 from clustersim.config.workload import EmpiricalLengths, TraceArrivals, TraceColumns, TraceFile, Workload
-from clustersim.errors import ConfigError, did_you_mean
+from clustersim.errors import ConfigError, did_you_mean, shown_value
 from clustersim.registry import Registry
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -101,7 +103,7 @@ def _parse_column(values: list[str], dtype: str, name: str, lines: list[int], di
             try:
                 np.array([value], dtype=dtype)
             except ValueError:
-                raise _fail(display, f"line {line}", f"{name}: {value!r} is not {what}") from None
+                raise _fail(display, f"line {line}", f"{name}: {shown_value(value)} is not {what}") from None
         raise
 
 
@@ -143,7 +145,7 @@ def _column_index(header: list[str], name: str, display: str) -> int:
 # ----------------------------------------------------------------------------- formats
 def _read_azure(path: Path, display: str) -> TraceTable:
     (stamps, prompts, outputs), lines = _read_csv(path, display, AZURE_COLUMNS)
-    when = _parse_column(stamps, "datetime64[ns]", "TIMESTAMP", lines, display, "a date and time")
+    when = _azure_times(stamps, lines, display)
     ns = when.astype(np.int64)
     arrival = (ns - ns.min()).astype(np.float64) / _NS_PER_S if ns.size else np.zeros(0)
     return TraceTable(
@@ -178,13 +180,39 @@ def _read_plain_csv(path: Path, display: str, columns: TraceColumns) -> TraceTab
     )
 
 
+def _azure_times(stamps: list[str], lines: list[int], display: str) -> NDArray[np.datetime64]:
+    """The Azure trace's TIMESTAMP column: dates and times (an offset such as +00:00 is taken as
+    given, in UTC); numbers (epoch seconds?) and empty values are refused rather than misread."""
+    for stamp, line in zip(stamps, lines, strict=True):
+        text = stamp.strip()
+        if not text or text.lower() == "nat":
+            raise _fail(display, f"line {line}", "TIMESTAMP: empty (every row needs a date and time)")
+        try:
+            float(text)
+        except ValueError:
+            continue
+        raise _fail(
+            display,
+            f"line {line}",
+            f"TIMESTAMP: {shown_value(text)} is a number, not a date and time such as 2023-11-16 18:15:46.68; "
+            "for times in seconds use format: csv with an arrival column",
+        )
+    with warnings.catch_warnings():  # numpy warns that it converts time-zoned stamps to UTC: that is wanted
+        warnings.simplefilter("ignore")
+        return _parse_column(stamps, "datetime64[ns]", "TIMESTAMP", lines, display, "a date and time")
+
+
 def _mooncake_value(record: dict[str, Any], key: str, line: int, display: str, number: bool) -> Any:
     if key not in record:
         raise _fail(display, f"line {line}", f"no field '{key}'{did_you_mean(key, record)}")
     value = record[key]
     allowed = (int, float) if number else (int,)
     if isinstance(value, bool) or not isinstance(value, allowed):
-        raise _fail(display, f"line {line}", f"{key}: {value!r} is not {'a number' if number else 'an integer'}")
+        raise _fail(
+            display, f"line {line}", f"{key}: {shown_value(value)} is not {'a number' if number else 'an integer'}"
+        )
+    if isinstance(value, int) and abs(value) > MAX_COUNT:
+        raise _fail(display, f"line {line}", f"{key}: {value:.3g} is too large (at most {MAX_COUNT:,})")
     return value
 
 
@@ -210,7 +238,7 @@ def _read_mooncake(path: Path, display: str) -> TraceTable:
                 outputs.append(_mooncake_value(record, "output_length", line, display, number=False))
                 ids = record.get("hash_ids", [])
                 if not isinstance(ids, list) or not all(type(h) is int for h in ids):
-                    raise _fail(display, f"line {line}", f"hash_ids: expected a list of integers, got {ids!r}")
+                    raise _fail(display, f"line {line}", "hash_ids: expected a list of integers")
                 hashes.append(tuple(ids))
                 lines.append(line)
     except UnicodeDecodeError:
@@ -275,15 +303,28 @@ def _check(table: TraceTable) -> TraceTable:
         raise _fail(display, "", "empty trace: no requests")
     arrival_name, prompt_name, output_name = table.names
     for name, values in ((prompt_name, table.prompt_tokens), (output_name, table.output_tokens)):
-        bad = np.flatnonzero(values < 1)
+        bad = np.flatnonzero((values < 1) | (values > MAX_COUNT))
         if bad.size:
             value = int(values[bad[0]])
-            problem = "is negative" if value < 0 else "tokens: every request needs at least 1"
+            problem = (
+                "is negative"
+                if value < 0
+                else "tokens: every request needs at least 1"
+                if value == 0
+                else f"is too large (at most {MAX_COUNT:,})"
+            )
             raise _fail(display, table.where(int(bad[0])), f"{name}: {value} {problem}")
-    bad = np.flatnonzero(~np.isfinite(table.arrival_at_s) | (table.arrival_at_s < 0))
+    arrival = table.arrival_at_s
+    bad = np.flatnonzero(~np.isfinite(arrival) | (arrival < 0) | (arrival > MAX_SECONDS))
     if bad.size:
-        time = float(table.arrival_at_s[bad[0]])
-        problem = "is not a finite number" if not np.isfinite(time) else "is negative (times count from 0)"
+        time = float(arrival[bad[0]])
+        problem = (
+            "is not a finite number"
+            if not np.isfinite(time)
+            else "is negative (times count from 0)"
+            if time < 0
+            else f"is too late (at most {MAX_SECONDS:.0e} s)"
+        )
         raise _fail(display, table.where(int(bad[0])), f"{arrival_name}: {time:g} {problem}")
     return table
 

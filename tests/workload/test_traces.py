@@ -209,7 +209,7 @@ def test_out_of_order_rows_are_sorted_stably_when_asked():
             "j.jsonl",
             '{"timestamp": 0, "input_length": 1, "output_length": 3, "hash_ids": "abc"}\n',
             "mooncake",
-            "j.jsonl: line 1: hash_ids: expected a list of integers, got 'abc'",
+            "j.jsonl: line 1: hash_ids: expected a list of integers",
         ),
         (
             "j.jsonl",
