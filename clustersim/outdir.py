@@ -73,10 +73,13 @@ def new_default_folder(name: str, parent: Path = Path("runs")) -> Path:
 def _check_folder_path(path: Path, what: str) -> None:
     if "\x00" in str(path):
         raise ConfigError(what, shown_value(str(path)), "contains a NUL character")
-    for place in (path, *path.parents):
-        if place.exists() and not place.is_dir():
-            problem = "is a file, not a folder" if place == path else f"is under {shown_value(str(place))}, a file"
-            raise ConfigError(what, shown_value(str(path)), problem)
+    try:
+        for place in (path, *path.parents):
+            if place.exists() and not place.is_dir():
+                problem = "is a file, not a folder" if place == path else f"is under {shown_value(str(place))}, a file"
+                raise ConfigError(what, shown_value(str(path)), problem)
+    except OSError as exc:  # a name too long, a folder not readable
+        raise ConfigError(what, shown_value(str(path)), f"cannot write there: {exc.strerror}") from None
 
 
 @contextlib.contextmanager

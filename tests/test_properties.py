@@ -23,7 +23,9 @@ from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.runner import RunResult, run_scenario
 
 requests_strategy = st.lists(
-    st.tuples(st.floats(0, 30, allow_nan=False, allow_subnormal=False), st.integers(1, 300), st.integers(1, 60)), min_size=1, max_size=25
+    st.tuples(st.floats(0, 30, allow_nan=False, allow_subnormal=False), st.integers(1, 300), st.integers(1, 60)),
+    min_size=1,
+    max_size=25,
 )
 
 

@@ -157,7 +157,7 @@ class GammaArrivals(StrictModel):
 
     kind: Literal["gamma"]
     rate_per_s: PositiveFloat
-    cv: PositiveFloat
+    cv: float = Field(ge=1e-3, le=1e3)  # beyond these the gamma's shape (1 / cv**2) leaves float range
 
     @property
     def is_finite(self) -> bool:

@@ -1,0 +1,61 @@
+"""A table of hostile values for every kind of scenario field: each run ends in exit 0 or in one
+line and exit 2, never a traceback or an internal error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_answered, cli
+
+FIELDS = (
+    "seed",
+    "stop.max_requests",
+    "stop.horizon_s",
+    "workload.tenants.0.arrival.rate_per_s",
+    "workload.tenants.0.prompt_tokens.tokens",
+    "workload.tenants.0.output_tokens.tokens",
+    "workload.tenants.0.shared_prefix_tokens",
+    "scheduler.max_num_seqs",
+    "scheduler.max_num_batched_tokens",
+    "scheduler.batch_wait_s",
+    "kv.block_size_tokens",
+    "kv.num_blocks",
+    "kv.watermark_frac",
+    "kv.host_swap_bytes",
+    "kv.max_output_tokens",
+    "cost.step_time_s",
+    "cluster.num_replicas",
+    "cluster.tensor_parallel",
+    "slo.ttft_s",
+    "slo.percentile",
+    "name",
+)
+
+VALUES = (
+    "true",
+    ".inf",
+    "-.inf",
+    ".nan",
+    "-1",
+    "0",
+    "1e-320",
+    "1e400",
+    str(2**70),
+    "abc",
+    "[]",
+    "{}",
+    "null",
+    "'a\\nb'",
+)
+
+
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("field", FIELDS)
+def test_hostile_value_is_answered_in_one_line(in_tmp: Path, field: str, value: str) -> None:
+    result = cli("run", "tiny.yaml", "--out", "out", "--quiet", "--set", f"{field}={value}")
+    assert_answered(result)
+    if result.exit_code == 0:
+        assert (in_tmp / "out" / "summary.json").is_file() and not (in_tmp / "out" / "INCOMPLETE").exists()
+    else:
+        assert not (in_tmp / "out").exists()  # nothing is written for a scenario that cannot run
