@@ -168,7 +168,11 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
     assert isinstance(arrival, ClosedLoopArrivals)
     draws = closed_loop_draws(tenant, traffic.seed, traffic.data.get(tenant.name))
     env = traffic.env
-    for user in range(arrival.num_users):
+    # users start in order and each first takes one request from the budget, so with max_requests M
+    # only the first M users send any request (and none sends a second): the others are not started
+    max_requests = traffic.budget.max_requests
+    num_started = arrival.num_users if max_requests is None else min(arrival.num_users, max_requests)
+    for user in range(num_started):
         start_s = user * arrival.ramp_up_s / arrival.num_users
         env.process(
             closed_loop_user(

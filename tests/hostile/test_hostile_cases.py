@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import TINY, assert_answered, cli
+from hostile_cli import TINY, assert_answered, cli, hostile_dir_fixture  # noqa: F401 - the fixture hostile_dir
 
 import clustersim.runner
 from clustersim.outdir import new_default_folder
@@ -45,29 +45,29 @@ def _error(result_stderr: str) -> str:
         ("seed=" + "[" * 3000 + "]" * 3000, "nested too deeply"),
     ],
 )
-def test_bad_number_is_one_line_naming_the_field(in_tmp: Path, override: str, expected: str) -> None:
+def test_bad_number_is_one_line_naming_the_field(hostile_dir: Path, override: str, expected: str) -> None:
     result = cli("run", "tiny.yaml", "--out", "out", "--set", override)
     assert_answered(result, (2,))
     assert expected in result.stderr
-    assert not (in_tmp / "out").exists()
+    assert not (hostile_dir / "out").exists()
 
 
-def test_duplicate_keys_and_deep_nesting_are_refused(in_tmp: Path) -> None:
-    (in_tmp / "dup.yaml").write_text(TINY + "seed: 2\n", encoding="utf-8")
+def test_duplicate_keys_and_deep_nesting_are_refused(hostile_dir: Path) -> None:
+    (hostile_dir / "dup.yaml").write_text(TINY + "seed: 2\n", encoding="utf-8")
     result = cli("run", "dup.yaml")
     assert_answered(result, (2,))
     assert "line 12, column 1: invalid YAML: duplicate key 'seed'" in result.stderr
-    (in_tmp / "deep.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}", encoding="utf-8")
+    (hostile_dir / "deep.json").write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}", encoding="utf-8")
     result = cli("run", "deep.json")
     assert_answered(result, (2,))
     assert "nested too deeply" in result.stderr
 
 
-def test_alias_bomb_is_refused_with_or_without_set(in_tmp: Path) -> None:
+def test_alias_bomb_is_refused_with_or_without_set(hostile_dir: Path) -> None:
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
     for name, previous in zip("bcdefghi", "abcdefgh", strict=True):
         lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
-    (in_tmp / "bomb.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (hostile_dir / "bomb.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for extra in ((), ("--set", "seed=2")):
         result = cli("run", "bomb.yaml", *extra)
         assert_answered(result, (2,))
@@ -75,7 +75,7 @@ def test_alias_bomb_is_refused_with_or_without_set(in_tmp: Path) -> None:
 
 
 @pytest.mark.parametrize("path", ["/etc/passwd", "/proc/self/environ"])
-def test_a_system_file_as_scenario_is_refused_without_echoing_it(in_tmp: Path, path: str) -> None:
+def test_a_system_file_as_scenario_is_refused_without_echoing_it(hostile_dir: Path, path: str) -> None:
     if not Path(path).exists():
         pytest.skip(f"{path} does not exist here")
     result = cli("run", path)
@@ -84,14 +84,14 @@ def test_a_system_file_as_scenario_is_refused_without_echoing_it(in_tmp: Path, p
     assert first_line[:12] not in result.stderr.split(": ", 2)[-1] or len(first_line) < 5
 
 
-def test_a_newline_in_a_value_keeps_the_error_on_one_line(in_tmp: Path) -> None:
+def test_a_newline_in_a_value_keeps_the_error_on_one_line(hostile_dir: Path) -> None:
     result = cli("run", "tiny.yaml", "--set", 'cluster.hardware="H100\\nSXM"')
     assert_answered(result, (2,))
     assert "\\n" in result.stderr
 
 
 # ----------------------------------------------------------------------------- output folders
-def test_out_at_a_file_under_a_file_too_long_or_in_proc(in_tmp: Path) -> None:
+def test_out_at_a_file_under_a_file_too_long_or_in_proc(hostile_dir: Path) -> None:
     for out, expected in (
         ("tiny.yaml", "is a file, not a folder"),
         ("tiny.yaml/sub", "is under 'tiny.yaml', a file"),
@@ -103,7 +103,7 @@ def test_out_at_a_file_under_a_file_too_long_or_in_proc(in_tmp: Path) -> None:
         assert expected in result.stderr, (out, result.stderr)
 
 
-def test_scenario_name_cannot_place_the_default_folder(in_tmp: Path) -> None:
+def test_scenario_name_cannot_place_the_default_folder(hostile_dir: Path) -> None:
     for name, expected in (("/abs/place", "abs-place-"), ("../..", "run-"), ("a\x00b", "a-b-")):
         result = cli("run", "tiny.yaml", "--quiet", "--set", f"name={json.dumps(name)}")
         assert_answered(result, (0,))
@@ -111,12 +111,14 @@ def test_scenario_name_cannot_place_the_default_folder(in_tmp: Path) -> None:
         assert folder.parent == Path("runs") and folder.name.startswith(expected), folder
 
 
-def test_default_folders_started_in_one_second_are_distinct(in_tmp: Path) -> None:
+def test_default_folders_started_in_one_second_are_distinct(hostile_dir: Path) -> None:
     folders = {new_default_folder("same") for _ in range(3)}
     assert len(folders) == 3 and all(f.is_dir() for f in folders)
 
 
-def test_reused_out_after_a_failed_run_holds_only_the_new_run(in_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reused_out_after_a_failed_run_holds_only_the_new_run(
+    hostile_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert cli("run", "tiny.yaml", "--out", "out", "--quiet").exit_code == 0
 
     def broken(*args: object) -> None:
@@ -128,24 +130,24 @@ def test_reused_out_after_a_failed_run_holds_only_the_new_run(in_tmp: Path, monk
     assert "internal error" in result.stderr and "clustersim-crash-" in result.stderr
     report = Path(result.stderr.split("traceback is in ")[1].split(" ")[0])
     assert "RuntimeError: boom" in report.read_text(encoding="utf-8")
-    assert (in_tmp / "out" / "INCOMPLETE").exists() and not (in_tmp / "out" / "summary.json").exists()
-    assert not (in_tmp / "out" / "requests.parquet").exists()  # the first run's files are gone
+    assert (hostile_dir / "out" / "INCOMPLETE").exists() and not (hostile_dir / "out" / "summary.json").exists()
+    assert not (hostile_dir / "out" / "requests.parquet").exists()  # the first run's files are gone
     pytest.importorskip("matplotlib")
     result = cli("report", "out")
     assert_answered(result, (2,))
     assert "INCOMPLETE" in result.stderr
     monkeypatch.undo()
     assert cli("run", "tiny.yaml", "--out", "out", "--quiet").exit_code == 0
-    assert not (in_tmp / "out" / "INCOMPLETE").exists()
+    assert not (hostile_dir / "out" / "INCOMPLETE").exists()
 
 
-def test_compare_variant_folders_stay_inside_and_apart(in_tmp: Path) -> None:
+def test_compare_variant_folders_stay_inside_and_apart(hostile_dir: Path) -> None:
     result = cli("compare", "tiny.yaml", "--vary", "name=..,ok", "--out", "cmp", "--jobs", "1")
     assert_answered(result, (0,))
-    assert sorted(p.name for p in (in_tmp / "cmp").iterdir() if p.is_dir()) == ["ok", "value"]
+    assert sorted(p.name for p in (hostile_dir / "cmp").iterdir() if p.is_dir()) == ["ok", "value"]
     result = cli("compare", "tiny.yaml", "--vary", "seed=1,1,1", "--out", "dup", "--jobs", "3")
     assert_answered(result, (0,))
-    assert sorted(p.name for p in (in_tmp / "dup").iterdir() if p.is_dir()) == ["1", "1-2", "1-3"]
+    assert sorted(p.name for p in (hostile_dir / "dup").iterdir() if p.is_dir()) == ["1", "1-2", "1-3"]
 
 
 # ----------------------------------------------------------------------------- traces
@@ -178,33 +180,33 @@ AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
         ("g.csv", "arrival_at_s,prompt_tokens,output_tokens\n1e300,10,5\n", "csv", "is too late"),
     ],
 )
-def test_bad_trace_is_refused_not_misread(in_tmp: Path, name: str, body: str, fmt: str, expected: str) -> None:
-    (in_tmp / name).write_text(body, encoding="utf-8")
-    _trace_scenario(in_tmp, name, fmt)
+def test_bad_trace_is_refused_not_misread(hostile_dir: Path, name: str, body: str, fmt: str, expected: str) -> None:
+    (hostile_dir / name).write_text(body, encoding="utf-8")
+    _trace_scenario(hostile_dir, name, fmt)
     result = cli("run", "tr.yaml", "--out", "out")
     assert_answered(result, (2,))
     assert expected in result.stderr
 
 
-def test_time_zoned_azure_stamps_replay_without_a_warning(in_tmp: Path) -> None:
+def test_time_zoned_azure_stamps_replay_without_a_warning(hostile_dir: Path) -> None:
     body = AZURE_HEADER + "2023-11-16 18:15:46.5+00:00,10,5\n2023-11-16 18:15:47.5+00:00,10,5\n"
-    (in_tmp / "tz.csv").write_text(body, encoding="utf-8")
-    _trace_scenario(in_tmp, "tz.csv", "azure")
+    (hostile_dir / "tz.csv").write_text(body, encoding="utf-8")
+    _trace_scenario(hostile_dir, "tz.csv", "azure")
     result = cli("run", "tr.yaml", "--out", "out", "--quiet")
     assert_answered(result, (0,))
     assert result.stderr == ""
-    arrivals = pq.read_table(in_tmp / "out" / "requests.parquet").column("arrival_at_s").to_pylist()
+    arrivals = pq.read_table(hostile_dir / "out" / "requests.parquet").column("arrival_at_s").to_pylist()
     assert arrivals == [0.0, 1.0]
 
 
-def test_too_long_trace_path_is_one_line(in_tmp: Path) -> None:
-    _trace_scenario(in_tmp, "x" * 5000 + ".csv", "csv")
+def test_too_long_trace_path_is_one_line(hostile_dir: Path) -> None:
+    _trace_scenario(hostile_dir, "x" * 5000 + ".csv", "csv")
     assert_answered(cli("run", "tr.yaml", "--out", "out"), (2,))
 
 
 # ----------------------------------------------------------------------------- stalls
-def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(in_tmp: Path) -> None:
-    (in_tmp / "stall.yaml").write_text(
+def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(hostile_dir: Path) -> None:
+    (hostile_dir / "stall.yaml").write_text(
         "name: stall\nworkload:\n  tenants:\n    - name: t\n      arrival:\n        kind: explicit\n"
         "        requests:\n"
         "          - {arrival_at_s: 0.0, prompt_tokens: 16, output_tokens: 500}\n"
@@ -216,7 +218,7 @@ def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(in_tm
     )
     result = cli("run", "stall.yaml", "--out", "out", "--quiet")
     assert_answered(result, (0,))
-    rows = pq.read_table(in_tmp / "out" / "requests.parquet").to_pylist()
+    rows = pq.read_table(hostile_dir / "out" / "requests.parquet").to_pylist()
     long_one = next(r for r in rows if r["prompt_tokens"] == 8650)
     assert long_one["status"] == "rejected" and long_one["num_preemptions"] == 1
     assert "above its 6-block watermark" in long_one["reject_reason"]
@@ -241,7 +243,7 @@ def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(in_tm
     ],
 )
 def test_custom_profile_numbers_are_range_checked(
-    in_tmp: Path, kind: str, folder: str, file: str, field: str, value: float, expected: str
+    hostile_dir: Path, kind: str, folder: str, file: str, field: str, value: float, expected: str
 ) -> None:
     import yaml
 
@@ -249,9 +251,9 @@ def test_custom_profile_numbers_are_range_checked(
 
     profile = yaml.safe_load((builtin_data_dir("hardware_profiles") / folder / file).read_text(encoding="utf-8"))
     profile[field] = {"value": value, "source": "a hostile test"}
-    (in_tmp / "custom.yaml").write_text(yaml.safe_dump(profile), encoding="utf-8")
+    (hostile_dir / "custom.yaml").write_text(yaml.safe_dump(profile), encoding="utf-8")
     scenario = TINY.replace("cost: {kind: unit, step_time_s: 0.01}\n", "")
-    (in_tmp / "roofline.yaml").write_text(scenario, encoding="utf-8")
+    (hostile_dir / "roofline.yaml").write_text(scenario, encoding="utf-8")
     result = cli("run", "roofline.yaml", "--out", "out", "--set", f"cluster.{kind}=custom.yaml")
     assert_answered(result, (2,))
     assert expected in result.stderr and field in result.stderr

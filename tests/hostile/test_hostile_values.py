@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import assert_answered, cli
+from hostile_cli import assert_answered, cli, hostile_dir_fixture  # noqa: F401 - the fixture hostile_dir
 
 FIELDS = (
     "seed",
@@ -52,10 +52,10 @@ VALUES = (
 
 @pytest.mark.parametrize("value", VALUES)
 @pytest.mark.parametrize("field", FIELDS)
-def test_hostile_value_is_answered_in_one_line(in_tmp: Path, field: str, value: str) -> None:
+def test_hostile_value_is_answered_in_one_line(hostile_dir: Path, field: str, value: str) -> None:
     result = cli("run", "tiny.yaml", "--out", "out", "--quiet", "--set", f"{field}={value}")
     assert_answered(result)
     if result.exit_code == 0:
-        assert (in_tmp / "out" / "summary.json").is_file() and not (in_tmp / "out" / "INCOMPLETE").exists()
+        assert (hostile_dir / "out" / "summary.json").is_file() and not (hostile_dir / "out" / "INCOMPLETE").exists()
     else:
-        assert not (in_tmp / "out").exists()  # nothing is written for a scenario that cannot run
+        assert not (hostile_dir / "out").exists()  # nothing is written for a scenario that cannot run

@@ -102,3 +102,40 @@ def test_users_are_sessions(run_mapping):
     rows = read_requests(run_mapping(raw))
     assert [r["replica"] for r in rows] == [0, 1, 2, 0] + [0, 0, 1, 2] * 9
     assert [r["arrival_at_s"] for r in rows[4:8]] == [3.5] * 4
+
+
+def _start_every_user(traffic: Any, tenant: Any) -> None:
+    """The plain rule the shortcut must equal: a process for every user."""
+    from clustersim.workload import source
+
+    draws = source.closed_loop_draws(tenant, traffic.seed, traffic.data.get(tenant.name))
+    arrival = tenant.arrival
+    for user in range(arrival.num_users):
+        start_s = user * arrival.ramp_up_s / arrival.num_users
+        traffic.env.process(
+            source.closed_loop_user(
+                traffic.env, tenant.name, user, start_s, draws, traffic.budget, traffic.dispatch, traffic.completions
+            )
+        )
+
+
+@pytest.mark.parametrize("ramp_up_s", [0.0, 7.0])
+def test_users_beyond_max_requests_are_not_started_and_nothing_changes(run_mapping, monkeypatch, ramp_up_s):
+    # 60 users, 20 requests: only the first 20 users can send one (users start in order, each first
+    # takes one from the budget), so not starting the rest changes no request
+    from clustersim.workload import source
+
+    think = {"kind": "exponential", "mean_s": 2.0}
+    raw = closed_loop(60, think, 20, ramp_up_s=ramp_up_s)
+    raw["workload"]["tenants"][0]["output_tokens"] = {"kind": "uniform", "min_tokens": 1, "max_tokens": 9}
+    shortcut = run_mapping(raw)
+    monkeypatch.setitem(source.ARRIVALS._entries, "closed_loop", _start_every_user)
+    plain = run_mapping(raw)
+    assert read_requests(shortcut) == read_requests(plain)
+    assert shortcut.summary["simulator"]["num_events"] < plain.summary["simulator"]["num_events"]
+
+
+def test_a_million_users_for_twenty_requests_start_twenty(run_mapping):
+    result = run_mapping(closed_loop(1_000_000, {"kind": "fixed", "time_s": 1.0}, 20))
+    assert result.summary["num_requests"]["completed"] == 20
+    assert result.summary["simulator"]["num_events"] < 500

@@ -27,8 +27,8 @@ cost: {kind: unit, step_time_s: 0.01}
 """
 
 
-@pytest.fixture
-def in_tmp(tmp_path: Path) -> Iterator[Path]:
+@pytest.fixture(name="hostile_dir")
+def hostile_dir_fixture(tmp_path: Path) -> Iterator[Path]:
     """A working folder holding ``tiny.yaml``, made the current folder for the test."""
     (tmp_path / "tiny.yaml").write_text(TINY, encoding="utf-8")
     old = Path.cwd()
