@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
+from clustersim.metrics import is_value
 from clustersim.records import LEDGER_CATEGORIES
 
 
@@ -48,15 +49,15 @@ def check_requests(requests: pa.Table) -> list[str]:
     ids = _np(requests, "request_id")
     if ids.size and (np.unique(ids).size != ids.size or ids.min() != 0 or ids.max() != ids.size - 1):
         problems.append(f"request ids are not exactly 0..{ids.size - 1} once each")
-    status = _np(requests, "status")
-    counted = sum(int(np.count_nonzero(status == s)) for s in ("completed", "rejected", "unfinished"))
+    status = {s: is_value(requests.column("status"), s) for s in ("completed", "rejected", "unfinished")}
+    counted = sum(int(np.count_nonzero(mask)) for mask in status.values())
     if counted != requests.num_rows:
         problems.append(
             f"{requests.num_rows - counted} requests have a status other than completed/rejected/unfinished"
         )
     arrival, scheduled = _times(requests, "arrival_at_s"), _times(requests, "first_scheduled_at_s")
     first_token, finished = _times(requests, "first_token_at_s"), _times(requests, "finished_at_s")
-    done = status == "completed"
+    done = status["completed"]
     with np.errstate(invalid="ignore"):
         ordered = (arrival <= scheduled) & (scheduled <= first_token) & (first_token <= finished)
     if np.any(done & ~ordered):
@@ -67,7 +68,7 @@ def check_requests(requests: pa.Table) -> list[str]:
         problems.append("completed requests whose emitted tokens differ from their output length")
     if np.any(~done & (emitted >= outputs)):
         problems.append("unfinished or rejected requests that emitted all their tokens")
-    if np.any((status == "rejected") & (emitted != 0) & (np.asarray(requests.column("num_preemptions")) == 0)):
+    if np.any(status["rejected"] & (emitted != 0) & (np.asarray(requests.column("num_preemptions")) == 0)):
         problems.append("rejected requests that emitted tokens without being preempted")
     return problems
 

@@ -37,6 +37,23 @@ def _col(table: pa.Table, name: str) -> NDArray[Any]:
     return values
 
 
+def is_value(column: pa.ChunkedArray | pa.Array, value: str) -> NDArray[np.bool_]:
+    """Where a text column equals ``value`` (compared in Arrow: no Python string per row)."""
+    return np.asarray(pc.equal(column, value).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def text_codes(column: pa.ChunkedArray | pa.Array) -> tuple[NDArray[np.int64], list[str]]:
+    """A text column as integer codes into its distinct values (no Python string per row)."""
+    encoded = pc.dictionary_encode(column)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks() if encoded.num_chunks else pa.array([], pa.string()).dictionary_encode()
+    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary.to_pylist()
+
+
+def _mask_of(codes: NDArray[np.int64], names: list[str], name: str) -> NDArray[np.bool_]:
+    return codes == names.index(name) if name in names else np.zeros(codes.size, dtype=bool)
+
+
 def request_latencies(requests: pa.Table) -> dict[str, NDArray[np.float64]]:
     """Per completed request: ``ttft_s``, ``tpot_s`` (NaN for single-token outputs), ``e2e_s``, ``queue_s``."""
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
@@ -91,11 +108,11 @@ def _mixed_slo(
     """
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
     latencies = request_latencies(requests)
-    tenants = _col(done, "tenant")
-    met = np.ones(tenants.size, dtype=bool)
+    codes, names = text_codes(done.column("tenant"))
+    met = np.ones(codes.size, dtype=bool)
     for tenant, tenant_target in tenant_slos.items():
         if tenant_target is not None:
-            mask = tenants == tenant
+            mask = _mask_of(codes, names, tenant)
             met[mask] = _slo_met({k: v[mask] for k, v in latencies.items()}, tenant_target)
     block = _slo_block(
         slo.targets() if slo is not None else {},
@@ -108,8 +125,8 @@ def _mixed_slo(
 
 
 def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
-    status = _col(requests, "status")
-    counts = {s: int(np.count_nonzero(status == s)) for s in ("completed", "rejected", "unfinished")}
+    status = requests.column("status")
+    counts = {s: int(np.count_nonzero(is_value(status, s))) for s in ("completed", "rejected", "unfinished")}
     latencies = request_latencies(requests)
     emitted = int(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
     summary: dict[str, Any] = {
@@ -139,15 +156,16 @@ def _percentile_verdict(latencies: dict[str, NDArray[np.float64]], slo: SLO, per
 
 def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
-    names = _col(done, "tenant")
+    codes, names = text_codes(done.column("tenant"))
     e2e = _col(done, "finished_at_s").astype(np.float64) - _col(done, "arrival_at_s").astype(np.float64)
     normalised = e2e / _col(done, "output_tokens").astype(np.float64)
-    latencies = [float(normalised[names == t].mean()) for t in tenants if np.any(names == t)]
+    served = [t for t in tenants if np.any(_mask_of(codes, names, t))]
+    latencies = [float(normalised[_mask_of(codes, names, t)].mean()) for t in served]
     attainment = [per_tenant[t]["slo"]["attainment_frac"] for t in tenants if "slo" in per_tenant[t]]
     return {
         "jain_normalized_latency": jain_index(latencies),
         "jain_slo_attainment": jain_index([a for a in attainment if a is not None]) if attainment else None,
-        "normalized_latency_s_per_token": dict(zip([t for t in tenants if np.any(names == t)], latencies, strict=True)),
+        "normalized_latency_s_per_token": dict(zip(served, latencies, strict=True)),
     }
 
 
@@ -156,7 +174,7 @@ def _per_replica(
 ) -> list[dict[str, Any]]:
     """Per replica: requests routed and completed there, iterations, busy fraction, mean batch, preemptions, KV peak."""
     routed_to = _col(requests, "replica").astype(np.int64)
-    completed = _col(requests, "status") == "completed"
+    completed = is_value(requests.column("status"), "completed")
     num_routed = np.bincount(routed_to[routed_to >= 0], minlength=num_replicas)
     num_completed = np.bincount(routed_to[completed & (routed_to >= 0)], minlength=num_replicas)
     replica = _col(steps, "replica").astype(np.int64)
@@ -200,7 +218,7 @@ def summarize(
     summary: dict[str, Any] = {"makespan_s": makespan_s, **_request_summary(requests, makespan_s, slo)}
     if any(s != slo for s in tenant_slos.values()):
         summary["slo"] = _mixed_slo(requests, makespan_s, slo, tenant_slos)
-    tenants = sorted(set(_col(requests, "tenant").tolist()))
+    tenants = sorted(pc.unique(requests.column("tenant")).to_pylist())
     if len(tenants) > 1:
         per_tenant = {
             t: _request_summary(

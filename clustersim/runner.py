@@ -29,6 +29,7 @@ from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.metrics import kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
+from clustersim.records import RequestRecord
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
 from clustersim.workload.traces import TenantData, load_workload_data
@@ -86,7 +87,10 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
         raise
     log.close()
-    tables = {name: pq.read_table(out_dir / f"{name}.parquet") for name in ("requests", "steps", "memory")}
+    tables = {name: pq.read_table(out_dir / f"{name}.parquet") for name in ("steps", "memory")}
+    # the reasons are text no check or figure needs: leaving them on disk saves memory on large runs
+    wanted = [name for name in RequestRecord._fields if name != "reject_reason"]
+    tables["requests"] = pq.read_table(out_dir / "requests.parquet", columns=wanted)
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
         check_run(tables["requests"], tables["steps"], plan.scenario, ends, tables["memory"])
