@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
+from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.metrics import is_value
-from clustersim.records import LEDGER_CATEGORIES
 
 
 class InvariantViolation(AssertionError):
@@ -73,56 +73,49 @@ def check_requests(requests: pa.Table) -> list[str]:
     return problems
 
 
-def check_steps(steps: pa.Table, requests: pa.Table, scenario: Scenario) -> list[str]:
+def check_steps(steps: pa.Table | StepTotals, requests: pa.Table, scenario: Scenario) -> list[str]:
     """Token conservation between the two logs, and the per-step limits."""
-    problems: list[str] = []
-    num_steps = _np(steps, "num_steps")
-    decode, prefill_seqs = _np(steps, "num_decode_tokens"), _np(steps, "num_prefill_seqs")
-    emitted = _np(steps, "num_emitted_tokens")
-    if np.any(emitted < decode) or np.any(emitted > decode + prefill_seqs):
-        problems.append("a step emitted fewer tokens than it decoded, or more than its decodes plus prefills")
-    emitted_by_steps = int((num_steps * emitted).sum())
-    emitted_by_requests = int(_np(requests, "num_emitted_tokens").sum())
-    if emitted_by_steps != emitted_by_requests:
-        problems.append(
-            f"token conservation: steps emitted {emitted_by_steps} tokens, requests record {emitted_by_requests}"
-        )
     limits = scenario.scheduler
-    num_seqs = _np(steps, "num_seqs")
-    if np.any(num_seqs > limits.max_num_seqs):
-        problems.append(f"a step ran {int(num_seqs.max())} sequences > max_num_seqs {limits.max_num_seqs}")
-    tokens = _np(steps, "num_prefill_tokens") + decode
-    over = (tokens > limits.max_num_batched_tokens) & (prefill_seqs != 1)  # 1: a lone recompute may exceed it
-    if np.any(over):
+    if isinstance(steps, pa.Table):
+        num_replicas = int(pc.max(steps.column("replica")).as_py() or 0) + 1 if steps.num_rows else 1
+        steps = StepTotals.of(steps, num_replicas, limits.max_num_batched_tokens)
+    problems: list[str] = []
+    if steps.bad_emission:
+        problems.append("a step emitted fewer tokens than it decoded, or more than its decodes plus prefills")
+    emitted_by_requests = int(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
+    if steps.emitted_tokens != emitted_by_requests:
         problems.append(
-            f"a step batched {int(tokens[over].max())} tokens > max_num_batched_tokens {limits.max_num_batched_tokens}"
+            f"token conservation: steps emitted {steps.emitted_tokens} tokens, requests record {emitted_by_requests}"
         )
-    used, total = _np(steps, "kv_used_blocks"), _np(steps, "kv_total_blocks")
-    if np.any(used > total) or np.any(used < 0):
+    if steps.max_num_seqs > limits.max_num_seqs:
+        problems.append(f"a step ran {steps.max_num_seqs} sequences > max_num_seqs {limits.max_num_seqs}")
+    if steps.max_over_budget_tokens:
+        problems.append(
+            f"a step batched {steps.max_over_budget_tokens} tokens > max_num_batched_tokens "
+            f"{limits.max_num_batched_tokens}"
+        )
+    if steps.bad_kv:
         problems.append("a step used more KV blocks than the replica has (or fewer than none)")
     return problems
 
 
-def check_memory(memory: pa.Table) -> list[str]:
+def check_memory(memory: pa.Table | MemoryTotals) -> list[str]:
     """The KV ledger: no category is negative and the categories add up to the capacity."""
-    if memory.num_rows == 0:
-        return []
-    parts = np.stack([_np(memory, c).astype(np.float64) for c in LEDGER_CATEGORIES])
-    capacity = _np(memory, "capacity_bytes").astype(np.float64)
+    totals = MemoryTotals.of(memory) if isinstance(memory, pa.Table) else memory
     problems = []
-    if np.any(parts < -1e-6 * capacity):
+    if totals.negative:
         problems.append("a KV ledger category is negative")
-    if np.any(np.abs(parts.sum(axis=0) - capacity) > 1e-9 * capacity):
+    if totals.unbalanced:
         problems.append("the KV ledger categories do not add up to the capacity")
     return problems
 
 
 def check_run(
     requests: pa.Table,
-    steps: pa.Table,
+    steps: pa.Table | StepTotals,
     scenario: Scenario,
     replicas: list[ReplicaEndState],
-    memory: pa.Table | None = None,
+    memory: pa.Table | MemoryTotals | None = None,
 ) -> None:
     """Raise :class:`InvariantViolation` listing every broken invariant of a finished run."""
     problems = check_requests(requests) + check_steps(steps, requests, scenario)

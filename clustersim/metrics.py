@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from clustersim.config.base import SLO
+from clustersim.logstats import MemoryTotals, StepTotals
 
 PERCENTILES = (50, 90, 99)
 
@@ -169,33 +170,23 @@ def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict
     }
 
 
-def _per_replica(
-    requests: pa.Table, steps: pa.Table, num_replicas: int, busy: list[float], makespan_s: float
-) -> list[dict[str, Any]]:
+def _per_replica(requests: pa.Table, steps: StepTotals, makespan_s: float) -> list[dict[str, Any]]:
     """Per replica: requests routed and completed there, iterations, busy fraction, mean batch, preemptions, KV peak."""
+    num_replicas = steps.busy_s.size
     routed_to = _col(requests, "replica").astype(np.int64)
     completed = is_value(requests.column("status"), "completed")
     num_routed = np.bincount(routed_to[routed_to >= 0], minlength=num_replicas)
     num_completed = np.bincount(routed_to[completed & (routed_to >= 0)], minlength=num_replicas)
-    replica = _col(steps, "replica").astype(np.int64)
-    num_steps = _col(steps, "num_steps").astype(np.float64)
-    steps_per = np.bincount(replica, weights=num_steps, minlength=num_replicas)
-    seqs_per = np.bincount(replica, weights=_col(steps, "num_seqs") * num_steps, minlength=num_replicas)
-    preempted = np.bincount(replica, weights=_col(steps, "num_preemptions"), minlength=num_replicas)
-    kv_peak = np.zeros(num_replicas)
-    if replica.size:
-        used = _col(steps, "kv_used_blocks").astype(np.float64) / _col(steps, "kv_total_blocks").astype(np.float64)
-        np.maximum.at(kv_peak, replica, used)
     return [
         {
             "replica": r,
             "num_routed": int(num_routed[r]),
             "num_completed": int(num_completed[r]),
-            "num_steps": int(steps_per[r]),
-            "busy_frac": busy[r] / makespan_s if makespan_s > 0 else None,
-            "mean_batch_seqs": float(seqs_per[r] / steps_per[r]) if steps_per[r] else None,
-            "num_preemptions": int(preempted[r]),
-            "kv_peak_used_frac": float(kv_peak[r]),
+            "num_steps": int(steps.num_steps[r]),
+            "busy_frac": float(steps.busy_s[r]) / makespan_s if makespan_s > 0 else None,
+            "mean_batch_seqs": float(steps.seq_steps[r] / steps.num_steps[r]) if steps.num_steps[r] else None,
+            "num_preemptions": int(steps.preemptions[r]),
+            "kv_peak_used_frac": float(steps.kv_peak_frac[r]),
         }
         for r in range(num_replicas)
     ]
@@ -203,7 +194,7 @@ def _per_replica(
 
 def summarize(
     requests: pa.Table,
-    steps: pa.Table,
+    steps: pa.Table | StepTotals,
     makespan_s: float,
     num_replicas: int,
     slo: SLO | None,
@@ -228,44 +219,39 @@ def summarize(
         }
         summary["tenants"] = per_tenant
         summary["fairness"] = _fairness(requests, tenants, per_tenant)
-    replica = _col(steps, "replica")
-    duration = _col(steps, "duration_s")
-    num_steps = _col(steps, "num_steps")
-    num_seqs = _col(steps, "num_seqs")
-    busy = [float(duration[replica == r].sum()) for r in range(num_replicas)]
-    used = _col(steps, "kv_used_blocks").astype(np.float64)
-    total = _col(steps, "kv_total_blocks").astype(np.float64)
+    if isinstance(steps, pa.Table):
+        steps = StepTotals.of(steps, num_replicas)
+    busy = [float(b) for b in steps.busy_s]
+    total_steps = float(steps.num_steps.sum())
     summary["replicas"] = {
-        "num_steps": int(num_steps.sum()),
+        "num_steps": int(total_steps),
         "busy_frac": [b / makespan_s if makespan_s > 0 else None for b in busy],
         "mean_busy_frac": (sum(busy) / (num_replicas * makespan_s)) if makespan_s > 0 else None,
-        "mean_batch_seqs": float((num_seqs * num_steps).sum() / num_steps.sum()) if num_steps.size else None,
-        "num_preemptions": int(_col(steps, "num_preemptions").sum()),
-        "kv_peak_used_frac": float((used / total).max()) if used.size else 0.0,
-        "per_replica": _per_replica(requests, steps, num_replicas, busy, makespan_s),
+        "mean_batch_seqs": float(steps.seq_steps.sum() / total_steps) if steps.num_rows else None,
+        "num_preemptions": int(steps.preemptions.sum()),
+        "kv_peak_used_frac": float(steps.kv_peak_frac.max()) if steps.num_rows else 0.0,
+        "per_replica": _per_replica(requests, steps, makespan_s),
     }
     return summary
 
 
 def kv_summary(
-    memory: pa.Table, num_preemptions: int, prefix_hit_rate: float | None = None, num_swaps: int = 0
+    memory: pa.Table | MemoryTotals, num_preemptions: int, prefix_hit_rate: float | None = None, num_swaps: int = 0
 ) -> dict[str, Any]:
     """Time-weighted shares of KV capacity per ledger category (over the time replicas were stepping).
 
     ``waste_frac`` is internal fragmentation + reserved but unused + external fragmentation;
     ``mean_used_frac`` is everything but free headroom; ``peak_used_frac`` its maximum over rows.
     """
-    weight = _col(memory, "duration_s").astype(np.float64)
-    capacity = _col(memory, "capacity_bytes").astype(np.float64)
-    total_weight = float(weight.sum())
-    if memory.num_rows == 0 or total_weight <= 0:
+    totals = MemoryTotals.of(memory) if isinstance(memory, pa.Table) else memory
+    weight_s = totals.weight_s
+    if totals.num_rows == 0 or weight_s <= 0:
         return {"num_preemptions": num_preemptions, "num_swaps": num_swaps, "prefix_hit_rate": prefix_hit_rate}
 
     def share(column: str) -> float:
-        return float((weight * _col(memory, column) / capacity).sum() / total_weight)
+        return totals.weighted_share_s[column] / weight_s
 
-    used = 1.0 - _col(memory, "free_bytes") / capacity
-    peak_used = 1.0 - _col(memory, "min_free_bytes") / capacity
+    mean_used = totals.weighted_used_s / weight_s
     return {
         "stored_frac": share("stored_bytes"),
         "internal_frag_frac": share("internal_frag_bytes"),
@@ -273,9 +259,9 @@ def kv_summary(
         "external_frag_frac": share("external_frag_bytes"),
         "cached_prefix_frac": share("cached_prefix_bytes"),
         "waste_frac": share("internal_frag_bytes") + share("reserved_unused_bytes") + share("external_frag_bytes"),
-        "mean_used_frac": float((weight * used).sum() / total_weight),
-        "peak_used_frac": float(peak_used.max()),
-        "stored_of_used_frac": share("stored_bytes") / max(1e-300, float((weight * used).sum() / total_weight)),
+        "mean_used_frac": mean_used,
+        "peak_used_frac": totals.peak_used_frac,
+        "stored_of_used_frac": share("stored_bytes") / max(1e-300, mean_used),
         "num_preemptions": num_preemptions,
         "num_swaps": num_swaps,
         "prefix_hit_rate": prefix_hit_rate,  # None without prefix caching

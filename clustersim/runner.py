@@ -27,6 +27,7 @@ from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import Scenario
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
+from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.metrics import kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.records import RequestRecord
@@ -87,18 +88,21 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
         raise
     log.close()
-    tables = {name: pq.read_table(out_dir / f"{name}.parquet") for name in ("steps", "memory")}
-    # the reasons are text no check or figure needs: leaving them on disk saves memory on large runs
+    # the step and memory logs are read a batch at a time; the reasons are text no check or figure
+    # needs, so they stay on disk
+    budget = plan.scenario.scheduler.max_num_batched_tokens
+    steps = StepTotals.of(out_dir / "steps.parquet", plan.num_replicas, budget)
+    memory = MemoryTotals.of(out_dir / "memory.parquet")
     wanted = [name for name in RequestRecord._fields if name != "reject_reason"]
-    tables["requests"] = pq.read_table(out_dir / "requests.parquet", columns=wanted)
+    requests = pq.read_table(out_dir / "requests.parquet", columns=wanted)
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
-        check_run(tables["requests"], tables["steps"], plan.scenario, ends, tables["memory"])
+        check_run(requests, steps, plan.scenario, ends, memory)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
         exc.out_dir = out_dir
         raise
-    summary = summarize_run(plan, tables["requests"], tables["steps"], tables["memory"])
+    summary = summarize_run(plan, requests, steps, memory)
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()
@@ -125,12 +129,13 @@ def prefix_hit_rate(requests: pa.Table) -> float | None:
     return hits / looked_up if looked_up else None
 
 
-def summarize_run(plan: RunPlan, requests: pa.Table, steps: pa.Table, memory: pa.Table) -> dict[str, Any]:
-    """``summary.json`` (the simulator's own figures aside) from the three logs and the plan."""
+def summarize_run(plan: RunPlan, requests: pa.Table, steps: StepTotals, memory: MemoryTotals) -> dict[str, Any]:
+    """``summary.json`` (the simulator's own figures aside) from the three logs (the step and memory
+    logs' totals) and the plan."""
     scenario = plan.scenario
     span_s = makespan_s(requests, scenario.stop.horizon_s)
     num_preemptions = int(np.asarray(requests.column("num_preemptions")).sum())
-    num_swaps = int(np.asarray(steps.column("num_swaps")).sum())
+    num_swaps = steps.num_swaps
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,

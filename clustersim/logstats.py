@@ -1,0 +1,113 @@
+"""One pass over the step and memory logs, a record batch at a time: the totals that the invariant
+checks and ``summary.json`` need, in memory independent of the run's length."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from clustersim.records import LEDGER_CATEGORIES
+
+BATCH_ROWS = 262_144
+
+
+def batches_of(source: pa.Table | Path) -> Iterable[pa.RecordBatch]:
+    """The record batches of a table, or of a Parquet file read a batch at a time."""
+    batches: Iterable[pa.RecordBatch]
+    if isinstance(source, pa.Table):
+        batches = source.to_batches()
+    else:
+        batches = pq.ParquetFile(source).iter_batches(batch_size=BATCH_ROWS)
+    return batches
+
+
+def _col(batch: pa.RecordBatch, name: str) -> NDArray[np.float64]:
+    return np.asarray(batch.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+class StepTotals:
+    """Per replica and overall totals of ``steps.parquet``, and the rows breaking a per-step rule."""
+
+    def __init__(self, num_replicas: int) -> None:
+        zeros = np.zeros(num_replicas)
+        self.busy_s, self.num_steps, self.seq_steps = zeros.copy(), zeros.copy(), zeros.copy()
+        self.preemptions, self.kv_peak_frac = zeros.copy(), zeros.copy()
+        self.num_rows = 0
+        self.num_swaps = 0
+        self.emitted_tokens = 0
+        self.max_num_seqs = 0
+        self.max_over_budget_tokens = 0  # the most tokens a step batched beyond its budget (rows with 1 prefill aside)
+        self.bad_emission = False
+        self.bad_kv = False
+
+    @classmethod
+    def of(cls, source: pa.Table | Path, num_replicas: int, max_num_batched_tokens: int = 2**62) -> StepTotals:
+        totals = cls(num_replicas)
+        for batch in batches_of(source):
+            totals.add(batch, max_num_batched_tokens)
+        return totals
+
+    def add(self, batch: pa.RecordBatch, max_num_batched_tokens: int) -> None:
+        if batch.num_rows == 0:
+            return
+        self.num_rows += batch.num_rows
+        n = self.busy_s.size
+        replica = np.asarray(batch.column("replica").to_numpy(), dtype=np.int64)
+        num_steps, num_seqs = _col(batch, "num_steps"), _col(batch, "num_seqs")
+        decode, prefill_seqs = _col(batch, "num_decode_tokens"), _col(batch, "num_prefill_seqs")
+        emitted = _col(batch, "num_emitted_tokens")
+        self.busy_s += np.bincount(replica, weights=_col(batch, "duration_s"), minlength=n)
+        self.num_steps += np.bincount(replica, weights=num_steps, minlength=n)
+        self.seq_steps += np.bincount(replica, weights=num_seqs * num_steps, minlength=n)
+        self.preemptions += np.bincount(replica, weights=_col(batch, "num_preemptions"), minlength=n)
+        used, total = _col(batch, "kv_used_blocks"), _col(batch, "kv_total_blocks")
+        np.maximum.at(self.kv_peak_frac, replica, used / total)
+        self.num_swaps += int(_col(batch, "num_swaps").sum())
+        self.emitted_tokens += int((num_steps * emitted).sum())
+        self.max_num_seqs = max(self.max_num_seqs, int(num_seqs.max()))
+        tokens = _col(batch, "num_prefill_tokens") + decode
+        over = (tokens > max_num_batched_tokens) & (prefill_seqs != 1)  # 1: a lone recompute may exceed it
+        if np.any(over):
+            self.max_over_budget_tokens = max(self.max_over_budget_tokens, int(tokens[over].max()))
+        self.bad_emission |= bool(np.any(emitted < decode) or np.any(emitted > decode + prefill_seqs))
+        self.bad_kv |= bool(np.any(used > total) or np.any(used < 0))
+
+
+class MemoryTotals:
+    """Time-weighted sums of ``memory.parquet``'s ledger shares, and the rows breaking the ledger."""
+
+    def __init__(self) -> None:
+        self.num_rows = 0
+        self.weight_s = 0.0
+        self.weighted_share_s = dict.fromkeys(LEDGER_CATEGORIES, 0.0)
+        self.weighted_used_s = 0.0
+        self.peak_used_frac = -np.inf
+        self.negative = False
+        self.unbalanced = False
+
+    @classmethod
+    def of(cls, source: pa.Table | Path) -> MemoryTotals:
+        totals = cls()
+        for batch in batches_of(source):
+            totals.add(batch)
+        return totals
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.num_rows += batch.num_rows
+        weight, capacity = _col(batch, "duration_s"), _col(batch, "capacity_bytes")
+        parts = {name: _col(batch, name) for name in LEDGER_CATEGORIES}
+        self.negative |= any(bool(np.any(part < -1e-6 * capacity)) for part in parts.values())
+        self.unbalanced |= bool(np.any(np.abs(sum(parts.values()) - capacity) > 1e-9 * capacity))
+        self.weight_s += float(weight.sum())
+        for name, part in parts.items():
+            self.weighted_share_s[name] += float((weight * part / capacity).sum())
+        self.weighted_used_s += float((weight * (1.0 - _col(batch, "free_bytes") / capacity)).sum())
+        peak = float((1.0 - _col(batch, "min_free_bytes") / capacity).max())
+        self.peak_used_frac = max(self.peak_used_frac, peak)
