@@ -55,9 +55,17 @@ def _mask_of(codes: NDArray[np.int64], names: list[str], name: str) -> NDArray[n
     return codes == names.index(name) if name in names else np.zeros(codes.size, dtype=bool)
 
 
+LATENCY_COLUMNS = ("arrival_at_s", "first_scheduled_at_s", "first_token_at_s", "finished_at_s", "output_tokens")
+
+
+def completed(requests: pa.Table, columns: tuple[str, ...]) -> pa.Table:
+    """These columns of the completed requests (a copy of just those: large runs stay small)."""
+    return requests.select(list(columns)).filter(pc.equal(requests.column("status"), "completed"))
+
+
 def request_latencies(requests: pa.Table) -> dict[str, NDArray[np.float64]]:
     """Per completed request: ``ttft_s``, ``tpot_s`` (NaN for single-token outputs), ``e2e_s``, ``queue_s``."""
-    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    done = completed(requests, LATENCY_COLUMNS)
     arrival = _col(done, "arrival_at_s").astype(np.float64)
     first_token = _col(done, "first_token_at_s").astype(np.float64)
     finished = _col(done, "finished_at_s").astype(np.float64)
@@ -107,7 +115,7 @@ def _mixed_slo(
     A completed request of a tenant without any target counts as met; rejected and unfinished
     requests always miss.
     """
-    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    done = completed(requests, ("tenant",))
     latencies = request_latencies(requests)
     codes, names = text_codes(done.column("tenant"))
     met = np.ones(codes.size, dtype=bool)
@@ -156,7 +164,7 @@ def _percentile_verdict(latencies: dict[str, NDArray[np.float64]], slo: SLO, per
 
 
 def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    done = requests.filter(pc.equal(requests.column("status"), "completed"))
+    done = completed(requests, ("tenant", "arrival_at_s", "finished_at_s", "output_tokens"))
     codes, names = text_codes(done.column("tenant"))
     e2e = _col(done, "finished_at_s").astype(np.float64) - _col(done, "arrival_at_s").astype(np.float64)
     normalised = e2e / _col(done, "output_tokens").astype(np.float64)
@@ -213,7 +221,11 @@ def summarize(
     if len(tenants) > 1:
         per_tenant = {
             t: _request_summary(
-                requests.filter(pc.equal(requests.column("tenant"), t)), makespan_s, tenant_slos.get(t, slo)
+                requests.select(["status", "num_emitted_tokens", *LATENCY_COLUMNS]).filter(
+                    pc.equal(requests.column("tenant"), t)
+                ),
+                makespan_s,
+                tenant_slos.get(t, slo),
             )
             for t in tenants
         }

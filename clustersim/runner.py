@@ -123,7 +123,9 @@ def makespan_s(requests: pa.Table, horizon_s: float | None) -> float:
 
 def prefix_hit_rate(requests: pa.Table) -> float | None:
     """Prompt tokens the prefix cache supplied, over the prompt tokens of every admitted request."""
-    admitted = requests.filter(pc.is_valid(requests.column("first_scheduled_at_s")))
+    admitted = requests.select(["prompt_tokens", "num_cached_prompt_tokens"]).filter(
+        pc.is_valid(requests.column("first_scheduled_at_s"))
+    )
     looked_up = int(pc.sum(admitted.column("prompt_tokens")).as_py() or 0)
     hits = int(pc.sum(admitted.column("num_cached_prompt_tokens")).as_py() or 0)
     return hits / looked_up if looked_up else None
