@@ -6,9 +6,7 @@ import importlib.util
 import os
 import platform
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -34,69 +32,18 @@ from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.doctables import shown_command, write_doc_table
 from clustersim.errors import ClusterSimError, did_you_mean, one_line
+from clustersim.guard import EXIT_BUG, GuardedGroup, fail
 from clustersim.invariants import InvariantViolation
 from clustersim.runner import run_scenario
-
-EXIT_BAD_INPUT = 2
-EXIT_BUG = 3
-EXIT_INTERRUPTED = 130
 
 
 def _write_doc(target: str, markdown: str, note: str = "") -> None:
     try:
         path = write_doc_table(target, markdown, shown_command(sys.argv[1:]), note)
     except (ClusterSimError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     click.echo(f"wrote the table into {path}")
-
-
-def _fail(message: str) -> None:
-    click.echo(f"clustersim: error: {one_line(message)}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
-
-
-def write_crash_report(exc: BaseException, argv: list[str]) -> Path:
-    """Write the traceback of an unexpected exception to a new file in the temporary folder."""
-    handle, name = tempfile.mkstemp(prefix=f"clustersim-crash-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".txt")
-    with os.fdopen(handle, "w", encoding="utf-8") as report:
-        report.write(f"clustersim {__version__}, Python {platform.python_version()}, {platform.platform()}\n")
-        report.write(f"command: clustersim {' '.join(argv)}\n\n")
-        report.write("".join(traceback.format_exception(exc)))
-    return Path(name)
-
-
-class GuardedGroup(click.Group):
-    """The command group, with a guard: bad input and unwritable places end in one line and exit 2,
-    anything unexpected in one line pointing at a crash report with the traceback and exit 3."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except ClusterSimError as exc:
-            _fail(str(exc))
-        except OSError as exc:  # the environment: a disk full, a folder not writable, a path too long
-            where = f"{exc.filename}: " if exc.filename else ""
-            _fail(f"{where}{exc.strerror or type(exc).__name__}")
-        except KeyboardInterrupt:
-            click.echo("clustersim: interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
-        except Exception as exc:  # the guard of last resort
-            argv = sys.argv[1:]
-            try:
-                report = str(write_crash_report(exc, argv))
-            except OSError:
-                report = "(could not be written)"
-            what = one_line(" ".join(argv[:2]), 120)
-            click.echo(
-                f"clustersim: internal error running '{what}': {one_line(type(exc).__name__)}; "
-                f"the traceback is in {report} (please include it in a bug report)",
-                err=True,
-            )
-            sys.exit(EXIT_BUG)
-        return None
 
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
@@ -106,7 +53,7 @@ def _need_plots(command: str) -> None:
     """Exit with one line if the optional plotting and fitting libraries are not installed."""
     missing = [name for name in PLOT_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        _fail(
+        fail(
             f"{command} needs {', '.join(missing)} (the plots extra): "
             "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
         )
@@ -186,7 +133,7 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
         started = time.perf_counter()
         result = run_scenario(loaded, out_dir)
     except ClusterSimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     except InvariantViolation as exc:
         click.echo(f"clustersim: internal error: {one_line(str(exc))} (outputs kept in {exc.out_dir})", err=True)
@@ -214,7 +161,7 @@ def report(run_dir: Path, out_dir: Path | None) -> None:
     try:
         paths = write_figures(run_dir, out_dir)
     except RunDirError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     for path in paths:
         click.echo(str(path))
@@ -238,10 +185,10 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | Non
     chosen_sizes = [s.strip() for s in sizes.split(",") if s.strip()]
     for case in chosen_cases:
         if case not in CASES:
-            _fail(f"--cases: unknown case '{case}'{did_you_mean(case, CASES)}; choose from {', '.join(CASES)}")
+            fail(f"--cases: unknown case '{case}'{did_you_mean(case, CASES)}; choose from {', '.join(CASES)}")
     for size in chosen_sizes:
         if size not in SIZES:
-            _fail(f"--sizes: unknown size '{size}'{did_you_mean(size, SIZES)}; choose from {', '.join(SIZES)}")
+            fail(f"--sizes: unknown size '{size}'{did_you_mean(size, SIZES)}; choose from {', '.join(SIZES)}")
     rows = []
     click.echo(f"machine: {machine_description()}")
     for size in chosen_sizes:
@@ -286,7 +233,7 @@ def compare_command(
         chosen = select_columns(columns)
         rows, out_dir = compare(path, vary, overrides, out_dir, jobs)
     except ClusterSimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     write_csv(rows, out_dir / "comparison.csv")
     table = format_markdown(rows, chosen)
@@ -330,7 +277,7 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
         else:
             report = run_validate_cost(data_dir, out_dir, fit)
     except ClusterSimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     click.echo(report)
     if doc:
@@ -402,7 +349,7 @@ def step(
         )
         shape = ModelShape.from_profile(catalogue.model(model_name, "--model", ""), weights, kv_cache)
     except ClusterSimError as exc:
-        _fail(str(exc))
+        fail(str(exc))
         return
     prefill = (prefill_tokens,) if prefill_tokens else ()
     batch = StepBatch(prefill, (prefill_context,) if prefill else (), num_decode_seqs, num_decode_seqs * context_tokens)
