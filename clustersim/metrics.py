@@ -45,9 +45,8 @@ def is_value(column: pa.ChunkedArray | pa.Array, value: str) -> NDArray[np.bool_
 
 def text_codes(column: pa.ChunkedArray | pa.Array) -> tuple[NDArray[np.int64], list[str]]:
     """A text column as integer codes into its distinct values (no Python string per row)."""
-    encoded = pc.dictionary_encode(column)
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks() if encoded.num_chunks else pa.array([], pa.string()).dictionary_encode()
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    encoded = pc.dictionary_encode(array)
     return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary.to_pylist()
 
 

@@ -20,17 +20,8 @@ from typing import IO
 from clustersim.errors import ConfigError, shown_value
 
 MAX_NAME_CHARS = 80
-RUN_FILES = (
-    "INCOMPLETE",
-    "summary.json",
-    "requests.parquet",
-    "steps.parquet",
-    "memory.parquet",
-    "summary.json.partial",
-    "requests.parquet.partial",
-    "steps.parquet.partial",
-    "memory.parquet.partial",
-)
+_OUTPUTS = ("summary.json", "requests.parquet", "steps.parquet", "memory.parquet")
+RUN_FILES = ("INCOMPLETE", *_OUTPUTS, *(f"{name}.partial" for name in _OUTPUTS))  # what a run leaves
 LOCK_FILE = ".clustersim.lock"
 
 
