@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
 from clustersim.logstats import MemoryTotals, StepTotals
-from clustersim.metrics import is_value
+from clustersim.requeststats import RequestTotals
 
 
 class InvariantViolation(AssertionError):
@@ -35,45 +34,29 @@ class ReplicaEndState:
     kv_blocks_of_running: int
 
 
-def _np(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False))
-
-
-def _times(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(pc.fill_null(table.column(name), np.nan).to_numpy(zero_copy_only=False), dtype=np.float64)
-
-
-def check_requests(requests: pa.Table) -> list[str]:
+def check_requests(requests: pa.Table | RequestTotals) -> list[str]:
     """Conservation of requests and causality of each request's timestamps."""
+    totals = RequestTotals.of(requests) if isinstance(requests, pa.Table) else requests
     problems: list[str] = []
-    ids = _np(requests, "request_id")
-    if ids.size and (np.unique(ids).size != ids.size or ids.min() != 0 or ids.max() != ids.size - 1):
-        problems.append(f"request ids are not exactly 0..{ids.size - 1} once each")
-    status = {s: is_value(requests.column("status"), s) for s in ("completed", "rejected", "unfinished")}
-    counted = sum(int(np.count_nonzero(mask)) for mask in status.values())
-    if counted != requests.num_rows:
+    if totals.bad_ids or totals.missing_ids:
+        problems.append(f"request ids are not exactly 0..{totals.num_rows - 1} once each")
+    if totals.num_other_status:
+        problems.append(f"{totals.num_other_status} requests have a status other than completed/rejected/unfinished")
+    if totals.causality_ids:
         problems.append(
-            f"{requests.num_rows - counted} requests have a status other than completed/rejected/unfinished"
+            "causality: arrival <= first scheduled <= first token <= finished fails for requests "
+            f"{totals.causality_ids}"
         )
-    arrival, scheduled = _times(requests, "arrival_at_s"), _times(requests, "first_scheduled_at_s")
-    first_token, finished = _times(requests, "first_token_at_s"), _times(requests, "finished_at_s")
-    done = status["completed"]
-    with np.errstate(invalid="ignore"):
-        ordered = (arrival <= scheduled) & (scheduled <= first_token) & (first_token <= finished)
-    if np.any(done & ~ordered):
-        bad = ids[done & ~ordered][:3].tolist()
-        problems.append(f"causality: arrival <= first scheduled <= first token <= finished fails for requests {bad}")
-    emitted, outputs = _np(requests, "num_emitted_tokens"), _np(requests, "output_tokens")
-    if np.any(done & (emitted != outputs)):
+    if totals.completed_wrong_length:
         problems.append("completed requests whose emitted tokens differ from their output length")
-    if np.any(~done & (emitted >= outputs)):
+    if totals.unfinished_all_emitted:
         problems.append("unfinished or rejected requests that emitted all their tokens")
-    if np.any(status["rejected"] & (emitted != 0) & (np.asarray(requests.column("num_preemptions")) == 0)):
+    if totals.rejected_emitted_unpreempted:
         problems.append("rejected requests that emitted tokens without being preempted")
     return problems
 
 
-def check_steps(steps: pa.Table | StepTotals, requests: pa.Table, scenario: Scenario) -> list[str]:
+def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals, scenario: Scenario) -> list[str]:
     """Token conservation between the two logs, and the per-step limits."""
     limits = scenario.scheduler
     if isinstance(steps, pa.Table):
@@ -82,7 +65,10 @@ def check_steps(steps: pa.Table | StepTotals, requests: pa.Table, scenario: Scen
     problems: list[str] = []
     if steps.bad_emission:
         problems.append("a step emitted fewer tokens than it decoded, or more than its decodes plus prefills")
-    emitted_by_requests = int(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
+    if isinstance(requests, pa.Table):
+        emitted_by_requests = int(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
+    else:
+        emitted_by_requests = requests.emitted_tokens
     if steps.emitted_tokens != emitted_by_requests:
         problems.append(
             f"token conservation: steps emitted {steps.emitted_tokens} tokens, requests record {emitted_by_requests}"
@@ -111,13 +97,15 @@ def check_memory(memory: pa.Table | MemoryTotals) -> list[str]:
 
 
 def check_run(
-    requests: pa.Table,
+    requests: pa.Table | RequestTotals,
     steps: pa.Table | StepTotals,
     scenario: Scenario,
     replicas: list[ReplicaEndState],
     memory: pa.Table | MemoryTotals | None = None,
 ) -> None:
     """Raise :class:`InvariantViolation` listing every broken invariant of a finished run."""
+    if isinstance(requests, pa.Table):
+        requests = RequestTotals.of(requests)
     problems = check_requests(requests) + check_steps(steps, requests, scenario)
     if memory is not None:
         problems += check_memory(memory)

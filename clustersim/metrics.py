@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 
 from clustersim.config.base import SLO
 from clustersim.logstats import MemoryTotals, StepTotals
+from clustersim.requeststats import RequestGroup, RequestTotals
 
 PERCENTILES = (50, 90, 99)
 
@@ -43,41 +44,9 @@ def is_value(column: pa.ChunkedArray | pa.Array, value: str) -> NDArray[np.bool_
     return np.asarray(pc.equal(column, value).to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def text_codes(column: pa.ChunkedArray | pa.Array) -> tuple[NDArray[np.int64], list[str]]:
-    """A text column as integer codes into its distinct values (no Python string per row)."""
-    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    encoded = pc.dictionary_encode(array)
-    return np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64), encoded.dictionary.to_pylist()
-
-
-def _mask_of(codes: NDArray[np.int64], names: list[str], name: str) -> NDArray[np.bool_]:
-    return codes == names.index(name) if name in names else np.zeros(codes.size, dtype=bool)
-
-
-LATENCY_COLUMNS = ("arrival_at_s", "first_scheduled_at_s", "first_token_at_s", "finished_at_s", "output_tokens")
-
-
-def completed(requests: pa.Table, columns: tuple[str, ...]) -> pa.Table:
-    """These columns of the completed requests (a copy of just those: large runs stay small)."""
-    return requests.select(list(columns)).filter(pc.equal(requests.column("status"), "completed"))
-
-
 def request_latencies(requests: pa.Table) -> dict[str, NDArray[np.float64]]:
     """Per completed request: ``ttft_s``, ``tpot_s`` (NaN for single-token outputs), ``e2e_s``, ``queue_s``."""
-    done = completed(requests, LATENCY_COLUMNS)
-    arrival = _col(done, "arrival_at_s").astype(np.float64)
-    first_token = _col(done, "first_token_at_s").astype(np.float64)
-    finished = _col(done, "finished_at_s").astype(np.float64)
-    scheduled = _col(done, "first_scheduled_at_s").astype(np.float64)
-    outputs = _col(done, "output_tokens").astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (finished - first_token) / (outputs - 1), np.nan)
-    return {
-        "ttft_s": first_token - arrival,
-        "tpot_s": tpot,
-        "e2e_s": finished - arrival,
-        "queue_s": scheduled - arrival,
-    }
+    return RequestTotals.of(requests).latencies
 
 
 def _slo_met(latencies: dict[str, NDArray[np.float64]], slo: SLO) -> NDArray[np.bool_]:
@@ -107,20 +76,18 @@ def _slo_block(targets: dict[str, float], num_met: int, num_arrived: int, makesp
 
 
 def _mixed_slo(
-    requests: pa.Table, makespan_s: float, slo: SLO | None, tenant_slos: Mapping[str, SLO | None]
+    requests: RequestTotals, makespan_s: float, slo: SLO | None, tenant_slos: Mapping[str, SLO | None]
 ) -> dict[str, Any]:
     """The run's SLO block when tenants have their own targets: each request is held to its tenant's.
 
     A completed request of a tenant without any target counts as met; rejected and unfinished
     requests always miss.
     """
-    done = completed(requests, ("tenant",))
-    latencies = request_latencies(requests)
-    codes, names = text_codes(done.column("tenant"))
-    met = np.ones(codes.size, dtype=bool)
+    latencies = requests.latencies
+    met = np.ones(latencies["ttft_s"].size, dtype=bool)
     for tenant, tenant_target in tenant_slos.items():
         if tenant_target is not None:
-            mask = _mask_of(codes, names, tenant)
+            mask = requests.tenant_mask(tenant)
             met[mask] = _slo_met({k: v[mask] for k, v in latencies.items()}, tenant_target)
     block = _slo_block(
         slo.targets() if slo is not None else {},
@@ -132,13 +99,10 @@ def _mixed_slo(
     return block
 
 
-def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
-    status = requests.column("status")
-    counts = {s: int(np.count_nonzero(is_value(status, s))) for s in ("completed", "rejected", "unfinished")}
-    latencies = request_latencies(requests)
-    emitted = int(pc.sum(requests.column("num_emitted_tokens")).as_py() or 0)
+def _request_summary(group: RequestGroup, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
+    counts, latencies, emitted = group.counts, group.latencies, group.emitted_tokens
     summary: dict[str, Any] = {
-        "num_requests": {"arrived": requests.num_rows, **counts},
+        "num_requests": {"arrived": group.num_arrived, **counts},
         **{name: distribution(values[~np.isnan(values)]) for name, values in latencies.items()},
         "output_tokens": emitted,
         "output_tokens_per_s": emitted / makespan_s if makespan_s > 0 else None,
@@ -146,7 +110,7 @@ def _request_summary(requests: pa.Table, makespan_s: float, slo: SLO | None) -> 
     }
     if slo is not None:
         num_met = int(np.count_nonzero(_slo_met(latencies, slo)))
-        summary["slo"] = _slo_block(slo.targets(), num_met, requests.num_rows, makespan_s)
+        summary["slo"] = _slo_block(slo.targets(), num_met, group.num_arrived, makespan_s)
         if slo.percentile is not None:
             summary["slo"].update(_percentile_verdict(latencies, slo, slo.percentile))
     return summary
@@ -162,13 +126,10 @@ def _percentile_verdict(latencies: dict[str, NDArray[np.float64]], slo: SLO, per
     return {"percentile": percentile, "percentile_values": values, "percentile_met": met}
 
 
-def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    done = completed(requests, ("tenant", "arrival_at_s", "finished_at_s", "output_tokens"))
-    codes, names = text_codes(done.column("tenant"))
-    e2e = _col(done, "finished_at_s").astype(np.float64) - _col(done, "arrival_at_s").astype(np.float64)
-    normalised = e2e / _col(done, "output_tokens").astype(np.float64)
-    served = [t for t in tenants if np.any(_mask_of(codes, names, t))]
-    latencies = [float(normalised[_mask_of(codes, names, t)].mean()) for t in served]
+def _fairness(requests: RequestTotals, tenants: list[str], per_tenant: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    normalised = requests.latencies["e2e_s"] / requests.completed_outputs.astype(np.float64)
+    served = [t for t in tenants if np.any(requests.tenant_mask(t))]
+    latencies = [float(normalised[requests.tenant_mask(t)].mean()) for t in served]
     attainment = [per_tenant[t]["slo"]["attainment_frac"] for t in tenants if "slo" in per_tenant[t]]
     return {
         "jain_normalized_latency": jain_index(latencies),
@@ -177,13 +138,13 @@ def _fairness(requests: pa.Table, tenants: list[str], per_tenant: dict[str, dict
     }
 
 
-def _per_replica(requests: pa.Table, steps: StepTotals, makespan_s: float) -> list[dict[str, Any]]:
+def _per_replica(requests: RequestTotals, steps: StepTotals, makespan_s: float) -> list[dict[str, Any]]:
     """Per replica: requests routed and completed there, iterations, busy fraction, mean batch, preemptions, KV peak."""
     num_replicas = steps.busy_s.size
-    routed_to = _col(requests, "replica").astype(np.int64)
-    completed = is_value(requests.column("status"), "completed")
-    num_routed = np.bincount(routed_to[routed_to >= 0], minlength=num_replicas)
-    num_completed = np.bincount(routed_to[completed & (routed_to >= 0)], minlength=num_replicas)
+    num_routed = np.zeros(max(num_replicas, requests.routed.size), dtype=np.int64)
+    num_routed[: requests.routed.size] = requests.routed
+    num_completed = np.zeros(num_routed.size, dtype=np.int64)
+    num_completed[: requests.completed_at.size] = requests.completed_at
     return [
         {
             "replica": r,
@@ -200,7 +161,7 @@ def _per_replica(requests: pa.Table, steps: StepTotals, makespan_s: float) -> li
 
 
 def summarize(
-    requests: pa.Table,
+    requests: pa.Table | RequestTotals,
     steps: pa.Table | StepTotals,
     makespan_s: float,
     num_replicas: int,
@@ -212,29 +173,27 @@ def summarize(
     ``tenant_slos``: each tenant's targets (its own, else ``slo``); when some differ from ``slo``,
     the run's ``slo`` block holds each request to its tenant's targets.
     """
+    if isinstance(requests, pa.Table):
+        requests = RequestTotals.of(requests)
     tenant_slos = dict(tenant_slos) if tenant_slos is not None else {}
-    summary: dict[str, Any] = {"makespan_s": makespan_s, **_request_summary(requests, makespan_s, slo)}
+    summary: dict[str, Any] = {"makespan_s": makespan_s, **_request_summary(requests.overall(), makespan_s, slo)}
     if any(s != slo for s in tenant_slos.values()):
         summary["slo"] = _mixed_slo(requests, makespan_s, slo, tenant_slos)
-    tenants = sorted(pc.unique(requests.column("tenant")).to_pylist())
+    tenants = sorted(requests.tenants)
     if len(tenants) > 1:
-        per_tenant = {
-            t: _request_summary(
-                requests.select(["status", "num_emitted_tokens", *LATENCY_COLUMNS]).filter(
-                    pc.equal(requests.column("tenant"), t)
-                ),
-                makespan_s,
-                tenant_slos.get(t, slo),
-            )
-            for t in tenants
-        }
+        per_tenant = {t: _request_summary(requests.of_tenant(t), makespan_s, tenant_slos.get(t, slo)) for t in tenants}
         summary["tenants"] = per_tenant
         summary["fairness"] = _fairness(requests, tenants, per_tenant)
     if isinstance(steps, pa.Table):
         steps = StepTotals.of(steps, num_replicas)
+    summary["replicas"] = _replicas(requests, steps, makespan_s, num_replicas)
+    return summary
+
+
+def _replicas(requests: RequestTotals, steps: StepTotals, makespan_s: float, num_replicas: int) -> dict[str, Any]:
     busy = [float(b) for b in steps.busy_s]
     total_steps = float(steps.num_steps.sum())
-    summary["replicas"] = {
+    return {
         "num_steps": int(total_steps),
         "busy_frac": [b / makespan_s if makespan_s > 0 else None for b in busy],
         "mean_busy_frac": (sum(busy) / (num_replicas * makespan_s)) if makespan_s > 0 else None,
@@ -243,7 +202,6 @@ def summarize(
         "kv_peak_used_frac": float(steps.kv_peak_frac.max()) if steps.num_rows else 0.0,
         "per_replica": _per_replica(requests, steps, makespan_s),
     }
-    return summary
 
 
 def kv_summary(

@@ -15,11 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from clustersim import __version__
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue
@@ -30,7 +25,7 @@ from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.metrics import kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
-from clustersim.records import RequestRecord
+from clustersim.requeststats import RequestTotals
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
 from clustersim.workload.traces import TenantData, load_workload_data
@@ -93,8 +88,7 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
     budget = plan.scenario.scheduler.max_num_batched_tokens
     steps = StepTotals.of(out_dir / "steps.parquet", plan.num_replicas, budget)
     memory = MemoryTotals.of(out_dir / "memory.parquet")
-    wanted = [name for name in RequestRecord._fields if name != "reject_reason"]
-    requests = pq.read_table(out_dir / "requests.parquet", columns=wanted)
+    requests = RequestTotals.of(out_dir / "requests.parquet")
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
         check_run(requests, steps, plan.scenario, ends, memory)
@@ -109,34 +103,12 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
     return RunResult(out_dir, summary)
 
 
-def makespan_s(requests: pa.Table, horizon_s: float | None) -> float:
-    """From time 0 to the last request's end (completion, or arrival if rejected), or to the horizon
-    if requests were still in flight there."""
-    status = requests.column("status")
-    if horizon_s is not None and pc.any(pc.equal(status, "unfinished")).as_py():
-        return float(horizon_s)
-    completed = pc.equal(status, "completed")
-    ends = pc.if_else(completed, requests.column("finished_at_s"), requests.column("arrival_at_s"))
-    latest = pc.max(ends).as_py()
-    return max(0.0, float(latest)) if latest is not None else 0.0
-
-
-def prefix_hit_rate(requests: pa.Table) -> float | None:
-    """Prompt tokens the prefix cache supplied, over the prompt tokens of every admitted request."""
-    admitted = requests.select(["prompt_tokens", "num_cached_prompt_tokens"]).filter(
-        pc.is_valid(requests.column("first_scheduled_at_s"))
-    )
-    looked_up = int(pc.sum(admitted.column("prompt_tokens")).as_py() or 0)
-    hits = int(pc.sum(admitted.column("num_cached_prompt_tokens")).as_py() or 0)
-    return hits / looked_up if looked_up else None
-
-
-def summarize_run(plan: RunPlan, requests: pa.Table, steps: StepTotals, memory: MemoryTotals) -> dict[str, Any]:
+def summarize_run(plan: RunPlan, requests: RequestTotals, steps: StepTotals, memory: MemoryTotals) -> dict[str, Any]:
     """``summary.json`` (the simulator's own figures aside) from the three logs (the step and memory
     logs' totals) and the plan."""
     scenario = plan.scenario
-    span_s = makespan_s(requests, scenario.stop.horizon_s)
-    num_preemptions = int(np.asarray(requests.column("num_preemptions")).sum())
+    span_s = requests.makespan_s(scenario.stop.horizon_s)
+    num_preemptions = requests.num_preemptions
     num_swaps = steps.num_swaps
     return {
         "scenario": scenario.name,
@@ -145,6 +117,6 @@ def summarize_run(plan: RunPlan, requests: pa.Table, steps: StepTotals, memory: 
         "kv_blocks_per_replica": [group.num_kv_blocks for group in plan.replica_groups()],
         **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos),
         "kv": kv_summary(
-            memory, num_preemptions, prefix_hit_rate(requests) if scenario.kv.prefix_caching else None, num_swaps
+            memory, num_preemptions, requests.prefix_hit_rate() if scenario.kv.prefix_caching else None, num_swaps
         ),
     }
