@@ -12,6 +12,9 @@ T = TypeVar("T")
 
 # fields that may be zero (every other number of a profile must be positive)
 MAY_BE_ZERO = frozenset({"num_dense_layers", "num_shared_experts"})
+WEIGHT_BYTES_PER_PARAM = (2.0, 1.0, 0.5)  # bf16/fp16, fp8, fp4: architecture.BYTES_PER_ELEMENT
+# (c^p + m^p)^(1/p) lies between max(c, m) and c + m only for p >= 1 (the fit's own lower bound)
+AT_LEAST_ONE = {"roofline_blend_exponent": "at least 1 (1 adds compute and memory time; larger tends to their maximum)"}
 
 
 def check_physical(profile: StrictModel) -> None:
@@ -26,6 +29,8 @@ def check_physical(profile: StrictModel) -> None:
             ok, rule = 0 < value <= 1, "a fraction in (0, 1]"
         elif name.endswith("_s") and not name.endswith("_per_s"):
             ok, rule = value >= 0, "a time of at least 0 s"
+        elif name in AT_LEAST_ONE:
+            ok, rule = value >= 1, AT_LEAST_ONE[name]
         elif name in MAY_BE_ZERO:
             ok, rule = value >= 0, "at least 0"
         else:
@@ -117,6 +122,15 @@ class ModelProfile(_Physical):
     qk_nope_head_dim: Cited[int] | None = None
     qk_rope_head_dim: Cited[int] | None = None
     v_head_dim: Cited[int] | None = None
+
+    @model_validator(mode="after")
+    def _stored_precision(self) -> ModelProfile:
+        if self.weight_bytes_per_param.value not in WEIGHT_BYTES_PER_PARAM:
+            raise ValueError(
+                f"weight_bytes_per_param: {self.weight_bytes_per_param.value:g} is not a precision clustersim "
+                "models (2: bf16/fp16, 1: fp8, 0.5: fp4)"
+            )
+        return self
 
 
 class EngineProfile(_Physical):

@@ -59,6 +59,9 @@ class ResolvedGroup:
     kv_cache_precision: KVPrecision | None
 
 
+MAX_REPLICAS = 100_000  # far beyond any single deployment; a million would take minutes and gigabytes just to start
+
+
 class Cluster(StrictModel):
     """Replicas of one model; each is one model instance over ``tensor_parallel x pipeline_parallel`` GPUs.
 
@@ -83,6 +86,11 @@ class Cluster(StrictModel):
         total = sum(g.count for g in self.groups)
         if self.groups and "num_replicas" in self.model_fields_set and self.num_replicas != total:
             raise ValueError(f"num_replicas ({self.num_replicas}) differs from the groups' total count ({total})")
+        if self.total_replicas > MAX_REPLICAS:
+            raise ValueError(
+                f"{self.total_replicas} replicas is more than clustersim simulates ({MAX_REPLICAS:,}; "
+                "each replica costs about 10 KB and its own scheduler)"
+            )
         return self
 
     @property

@@ -26,6 +26,31 @@ cluster: {hardware: H100-SXM, model: Llama-3.1-8B}
 cost: {kind: unit, step_time_s: 0.01}
 """
 
+# every kind of scenario field: whole numbers, fractions, times, byte counts, names
+FIELDS = (
+    "seed",
+    "stop.max_requests",
+    "stop.horizon_s",
+    "workload.tenants.0.arrival.rate_per_s",
+    "workload.tenants.0.prompt_tokens.tokens",
+    "workload.tenants.0.output_tokens.tokens",
+    "workload.tenants.0.shared_prefix_tokens",
+    "scheduler.max_num_seqs",
+    "scheduler.max_num_batched_tokens",
+    "scheduler.batch_wait_s",
+    "kv.block_size_tokens",
+    "kv.num_blocks",
+    "kv.watermark_frac",
+    "kv.host_swap_bytes",
+    "kv.max_output_tokens",
+    "cost.step_time_s",
+    "cluster.num_replicas",
+    "cluster.tensor_parallel",
+    "slo.ttft_s",
+    "slo.percentile",
+    "name",
+)
+
 
 @pytest.fixture(name="hostile_dir")
 def hostile_dir_fixture(tmp_path: Path) -> Iterator[Path]:

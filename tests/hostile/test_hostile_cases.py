@@ -235,6 +235,8 @@ def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(hosti
         ("hardware", "gpus", "h100-sxm.yaml", "peak_bf16_flops_per_s", 0, "must be positive"),
         ("hardware", "gpus", "h100-sxm.yaml", "memory_efficiency_frac", float("inf"), "finite number"),
         ("hardware", "gpus", "h100-sxm.yaml", "memory_efficiency_frac", 1.5, "a fraction in (0, 1]"),
+        ("hardware", "gpus", "h100-sxm.yaml", "roofline_blend_exponent", 1e-6, "at least 1"),
+        ("model", "models", "llama-3.1-8b.yaml", "weight_bytes_per_param", 3, "not a precision"),
         ("model", "models", "llama-3.1-8b.yaml", "hidden_size", 0, "must be positive"),
         ("model", "models", "llama-3.1-8b.yaml", "num_kv_heads", 0, "must be positive"),
         ("model", "models", "llama-3.1-8b.yaml", "head_dim", -128, "must be positive"),

@@ -6,31 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hostile_cli import assert_answered, cli, hostile_dir_fixture  # noqa: F401 - the fixture hostile_dir
-
-FIELDS = (
-    "seed",
-    "stop.max_requests",
-    "stop.horizon_s",
-    "workload.tenants.0.arrival.rate_per_s",
-    "workload.tenants.0.prompt_tokens.tokens",
-    "workload.tenants.0.output_tokens.tokens",
-    "workload.tenants.0.shared_prefix_tokens",
-    "scheduler.max_num_seqs",
-    "scheduler.max_num_batched_tokens",
-    "scheduler.batch_wait_s",
-    "kv.block_size_tokens",
-    "kv.num_blocks",
-    "kv.watermark_frac",
-    "kv.host_swap_bytes",
-    "kv.max_output_tokens",
-    "cost.step_time_s",
-    "cluster.num_replicas",
-    "cluster.tensor_parallel",
-    "slo.ttft_s",
-    "slo.percentile",
-    "name",
-)
+from hostile_cli import FIELDS, assert_answered, cli, hostile_dir_fixture  # noqa: F401 - the fixture hostile_dir
 
 VALUES = (
     "true",
