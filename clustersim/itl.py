@@ -1,0 +1,161 @@
+"""Inter-token latency: every gap between two consecutive tokens of a request, binned exactly (pure).
+
+A decoding sequence's tokens come at the ends of the replica's decode steps, so after its first
+decode step its gaps are the replica's *decode gaps* ``G[D] = end(D) - end(D - 1)`` (a paused
+decode, such as a vLLM V0 prefill-only step, lies inside one). Its first gap after a first token,
+a recompute or a swap-in (a *joining* gap) is its own. Inside a run of decode steps timed by one
+anchor, step ``j`` of the anchor lasts ``shape.duration_s(C0 + n * j)``; that formula (not the
+difference of two end times) is the gap of every step after the anchor's first, in both modes, so
+the fast path can count a whole run's gaps without visiting them one by one: the formula is
+non-decreasing in ``j`` (every slope is a cost per context token), so each bin's steps form one
+range found by bisection.
+
+Bins are ``BINS_PER_OCTAVE`` per power of two (each at most 0.55% wide), found from the float's
+exponent and mantissa exactly; each bin keeps its count, sum, least and greatest gap, so a bin that
+holds a single value (e.g. constant step times) gives it exactly, and percentiles interpolate
+within a bin between its least and greatest gap.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+from clustersim.cost.base import DecodeStepShape
+from clustersim.cost.runs import run_duration_s
+
+BINS_PER_OCTAVE = 128
+ZERO_BIN = -(2**31)  # gaps of 0 s (never seen in practice) and below
+
+
+def bin_of(gap_s: float) -> int:
+    """The bin of a gap: monotone in the gap, exact (no logarithm)."""
+    if gap_s <= 0.0:
+        return ZERO_BIN
+    mantissa, exponent = math.frexp(gap_s)  # gap = mantissa * 2**exponent, mantissa in [0.5, 1)
+    return exponent * BINS_PER_OCTAVE + int((mantissa - 0.5) * (2 * BINS_PER_OCTAVE))
+
+
+def bin_edges_s(index: int) -> tuple[float, float]:
+    """The gaps ``[lower, upper)`` that fall in bin ``index``."""
+    if index == ZERO_BIN:
+        return 0.0, 0.0
+    exponent, step = divmod(index, BINS_PER_OCTAVE)
+    lower = math.ldexp(0.5 + step / (2 * BINS_PER_OCTAVE), exponent)
+    upper = math.ldexp(0.5 + (step + 1) / (2 * BINS_PER_OCTAVE), exponent)
+    return lower, upper
+
+
+class BinRange(NamedTuple):
+    """``count`` consecutive gaps that share a bin: their sum, least and greatest."""
+
+    bin: int
+    count: int
+    sum_s: float
+    min_s: float
+    max_s: float
+
+
+def single(gap_s: float) -> list[BinRange]:
+    return [BinRange(bin_of(gap_s), 1, gap_s, gap_s, gap_s)]
+
+
+def anchored_ranges(
+    shape: DecodeStepShape, first_context_tokens: int, num_seqs: int, j_first: int, j_last: int
+) -> list[BinRange]:
+    """The gaps of anchor steps ``j_first..j_last`` (step ``j`` lasts ``shape.duration_s(C0 + n*j)``),
+    grouped by bin: a few evaluations per bin touched, not one per step."""
+
+    def duration(j: int) -> float:
+        return shape.duration_s(first_context_tokens + num_seqs * j)
+
+    ranges: list[BinRange] = []
+    j = j_first
+    last_value = duration(j_last)
+    last_bin = bin_of(last_value)
+    while j <= j_last:
+        value = duration(j)
+        index = bin_of(value)
+        if index == last_bin:
+            end, end_value = j_last, last_value
+        else:  # the last step still in this bin: bisect between j (in it) and j_last (beyond it)
+            low, high = j, j_last
+            while high - low > 1:
+                mid = (low + high) // 2
+                if bin_of(duration(mid)) == index:
+                    low = mid
+                else:
+                    high = mid
+            end, end_value = low, duration(low)
+        count = end - j + 1
+        total_s = value if count == 1 else run_duration_s(shape, first_context_tokens + num_seqs * j, num_seqs, count)
+        ranges.append(BinRange(index, count, total_s, value, end_value))
+        j = end + 1
+    return ranges
+
+
+class GapHistogram:
+    """Binned gaps per tenant: ``{tenant: {bin: [count, sum_s, min_s, max_s]}}``."""
+
+    def __init__(self) -> None:
+        self.tenants: dict[str, dict[int, list[float]]] = {}
+
+    def add(self, tenant: str, ranges: Iterable[BinRange], weight: int = 1) -> None:
+        """Count each range's gaps ``weight`` times (one per sequence that saw them) for ``tenant``."""
+        bins = self.tenants.get(tenant)
+        if bins is None:
+            bins = self.tenants[tenant] = {}
+        for index, count, total_s, low_s, high_s in ranges:
+            entry = bins.get(index)
+            if entry is None:
+                bins[index] = [count * weight, total_s * weight, low_s, high_s]
+            else:
+                entry[0] += count * weight
+                entry[1] += total_s * weight
+                if low_s < entry[2]:
+                    entry[2] = low_s
+                if high_s > entry[3]:
+                    entry[3] = high_s
+
+    def rows(self) -> Iterator[tuple[str, int, int, float, float, float]]:
+        """``(tenant, bin, count, sum_s, min_s, max_s)`` sorted by tenant and bin."""
+        for tenant in sorted(self.tenants):
+            for index, (count, total_s, low_s, high_s) in sorted(self.tenants[tenant].items()):
+                yield tenant, index, int(count), total_s, low_s, high_s
+
+
+class SuffixMax:
+    """The greatest decode gap from a decode index on, over the segments logged so far.
+
+    Segments ``(first index, greatest gap)`` arrive in index order; only those greater than every
+    later one are kept (a stack with decreasing gaps), so a query is one bisection.
+    """
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._values: list[float] = []
+
+    def push(self, start_index: int, value_s: float) -> None:
+        starts, values = self._starts, self._values
+        while values and values[-1] <= value_s:
+            values.pop()
+            starts.pop()
+        starts.append(start_index)
+        values.append(value_s)
+
+    def since(self, start_index: int) -> float:
+        """The greatest gap of the segments starting at ``start_index`` or later (-inf if none)."""
+        position = bisect.bisect_left(self._starts, start_index)
+        return self._values[position] if position < len(self._values) else -math.inf
+
+    def drop_before(self, start_index: int) -> None:
+        """Forget segments no query will reach (every live sequence joined at ``start_index`` or later)."""
+        position = bisect.bisect_left(self._starts, start_index)
+        if position:
+            del self._starts[:position]
+            del self._values[:position]
+
+    def __len__(self) -> int:
+        return len(self._starts)
