@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clustersim.records import MemoryRecord, RequestRecord, StepRecord, numpy_dtypes_of, schema_of
+from clustersim.itl import GapHistogram, bin_edges_s
+from clustersim.records import GapRecord, MemoryRecord, RequestRecord, StepRecord, numpy_dtypes_of, schema_of
 from clustersim.workload.request import Request
 
 ROWS_PER_BATCH = 65_536
@@ -72,6 +73,8 @@ class RunLog:
         self.requests = TableWriter(out_dir / "requests.parquet", RequestRecord, metadata)
         self.steps = TableWriter(out_dir / "steps.parquet", StepRecord, metadata)
         self.memory = TableWriter(out_dir / "memory.parquet", MemoryRecord, metadata)
+        self.gaps = GapHistogram()  # every replica's inter-token gaps, written as itl.parquet at the close
+        self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata)
 
     def record_request(self, request: Request) -> None:
         """Write a request's final record (called once, when it completes, is rejected, or the run ends)."""
@@ -81,8 +84,13 @@ class RunLog:
         self.requests.close()
         self.steps.close()
         self.memory.close()
+        for tenant, index, count, total_s, low_s, high_s in self.gaps.rows():
+            lower_s, upper_s = bin_edges_s(index)
+            self._gaps_writer.append(GapRecord(tenant, index, lower_s, upper_s, count, total_s, low_s, high_s))
+        self._gaps_writer.close()
 
     def abort(self) -> None:
         self.requests.abort()
         self.steps.abort()
         self.memory.abort()
+        self._gaps_writer.abort()

@@ -6,13 +6,16 @@ A violation is a bug in clustersim, never bad input: it is raised loudly as
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
+from clustersim.itl import GapBins
 from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.requeststats import RequestTotals
 
@@ -85,6 +88,23 @@ def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals
     return problems
 
 
+def check_gaps(gaps: Mapping[str, dict[int, list[float]]], requests: RequestTotals) -> list[str]:
+    """Inter-token gaps conserved: ``itl.parquet`` holds one gap per token after each request's
+    first, and its greatest gap is the greatest request's."""
+    bins = GapBins.merged(gaps.values())
+    problems = []
+    if bins.num_gaps != requests.num_gaps:
+        problems.append(
+            f"gap conservation: itl.parquet holds {bins.num_gaps} gaps, the requests' tokens make {requests.num_gaps}"
+        )
+    greatest = max(bins.maxs_s) if bins.num_gaps else -np.inf
+    if greatest != requests.max_itl_s:
+        problems.append(
+            f"the greatest gap in itl.parquet ({greatest}) is not the greatest request's ({requests.max_itl_s})"
+        )
+    return problems
+
+
 def check_memory(memory: pa.Table | MemoryTotals) -> list[str]:
     """The KV ledger: no category is negative and the categories add up to the capacity."""
     totals = MemoryTotals.of(memory) if isinstance(memory, pa.Table) else memory
@@ -102,6 +122,7 @@ def check_run(
     scenario: Scenario,
     replicas: list[ReplicaEndState],
     memory: pa.Table | MemoryTotals | None = None,
+    gaps: Mapping[str, dict[int, list[float]]] | None = None,
 ) -> None:
     """Raise :class:`InvariantViolation` listing every broken invariant of a finished run."""
     if isinstance(requests, pa.Table):
@@ -109,6 +130,8 @@ def check_run(
     problems = check_requests(requests) + check_steps(steps, requests, scenario)
     if memory is not None:
         problems += check_memory(memory)
+    if gaps is not None:
+        problems += check_gaps(gaps, requests)
     for index, replica in enumerate(replicas):
         if replica.kv_used_blocks != replica.kv_blocks_of_running:
             problems.append(

@@ -10,7 +10,7 @@ the fast path can count a whole run's gaps without visiting them one by one: the
 non-decreasing in ``j`` (every slope is a cost per context token), so each bin's steps form one
 range found by bisection.
 
-Bins are ``BINS_PER_OCTAVE`` per power of two (each at most 0.55% wide), found from the float's
+Bins are ``BINS_PER_OCTAVE`` per power of two (each under 0.8% wide), found from the float's
 exponent and mantissa exactly; each bin keeps its count, sum, least and greatest gap, so a bin that
 holds a single value (e.g. constant step times) gives it exactly, and percentiles interpolate
 within a bin between its least and greatest gap.
@@ -49,10 +49,10 @@ def bin_edges_s(index: int) -> tuple[float, float]:
 
 
 class BinRange(NamedTuple):
-    """``count`` consecutive gaps that share a bin: their sum, least and greatest."""
+    """``num_gaps`` consecutive gaps that share a bin: their sum, least and greatest."""
 
     bin: int
-    count: int
+    num_gaps: int
     sum_s: float
     min_s: float
     max_s: float
@@ -159,3 +159,66 @@ class SuffixMax:
 
     def __len__(self) -> int:
         return len(self._starts)
+
+
+class GapBins:
+    """One tenant's (or the whole run's) gap bins, in bin order: what ``itl.parquet`` holds."""
+
+    def __init__(self, bins: dict[int, list[float]]) -> None:
+        order = sorted(bins)
+        self.counts = [int(bins[b][0]) for b in order]
+        self.sums_s = [bins[b][1] for b in order]
+        self.mins_s = [bins[b][2] for b in order]
+        self.maxs_s = [bins[b][3] for b in order]
+        self.num_gaps = sum(self.counts)
+        self._cumulative = list(_running_sum(self.counts))
+
+    @classmethod
+    def merged(cls, parts: Iterable[dict[int, list[float]]]) -> GapBins:
+        """The bins of several tenants together."""
+        total: dict[int, list[float]] = {}
+        for bins in parts:
+            for index, (count, sum_s, low_s, high_s) in bins.items():
+                entry = total.get(index)
+                if entry is None:
+                    total[index] = [count, sum_s, low_s, high_s]
+                else:
+                    total[index] = [entry[0] + count, entry[1] + sum_s, min(entry[2], low_s), max(entry[3], high_s)]
+        return cls(total)
+
+    def value(self, rank: int) -> float:
+        """The ``rank``-th smallest gap (0-based): exact where its bin holds one value, else spread
+        evenly between the bin's least and greatest gap."""
+        position = bisect.bisect_right(self._cumulative, rank)
+        before = self._cumulative[position - 1] if position else 0
+        count, low_s, high_s = self.counts[position], self.mins_s[position], self.maxs_s[position]
+        if count == 1 or high_s == low_s:
+            return low_s
+        return low_s + (high_s - low_s) * (rank - before) / (count - 1)
+
+    def percentile(self, p: float) -> float:
+        """The ``p``-th percentile, interpolated between ranks as ``numpy.percentile`` does."""
+        rank = (self.num_gaps - 1) * p / 100.0
+        below = math.floor(rank)
+        low = self.value(below)
+        if rank == below:
+            return low
+        return low + (rank - below) * (self.value(below + 1) - low)
+
+    def summary(self, percentiles: Iterable[int]) -> dict[str, float | int | None]:
+        """``mean``, the percentiles, ``max`` and ``num_gaps`` (values None without a gap)."""
+        if not self.num_gaps:
+            return {"mean": None, **{f"p{p}": None for p in percentiles}, "max": None, "num_gaps": 0}
+        result: dict[str, float | int | None] = {"mean": math.fsum(self.sums_s) / self.num_gaps}
+        for p in percentiles:
+            result[f"p{p}"] = self.percentile(p)
+        result["max"] = max(self.maxs_s)
+        result["num_gaps"] = self.num_gaps
+        return result
+
+
+def _running_sum(values: Iterable[int]) -> Iterator[int]:
+    total = 0
+    for value in values:
+        total += value
+        yield total

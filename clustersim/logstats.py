@@ -111,3 +111,13 @@ class MemoryTotals:
         self.weighted_used_s += float((weight * (1.0 - _col(batch, "free_bytes") / capacity)).sum())
         peak = float((1.0 - _col(batch, "min_free_bytes") / capacity).max())
         self.peak_used_frac = max(self.peak_used_frac, peak)
+
+
+def gap_bins_of(source: pa.Table | Path) -> dict[str, dict[int, list[float]]]:
+    """``itl.parquet`` as ``{tenant: {bin: [num_gaps, sum_s, min_s, max_s]}}`` (a few rows per bin touched)."""
+    table = source if isinstance(source, pa.Table) else pq.read_table(source)
+    columns = [table.column(name).to_pylist() for name in ("tenant", "bin", "num_gaps", "sum_s", "min_s", "max_s")]
+    bins: dict[str, dict[int, list[float]]] = {}
+    for tenant, index, count, sum_s, low_s, high_s in zip(*columns, strict=True):
+        bins.setdefault(tenant, {})[index] = [count, sum_s, low_s, high_s]
+    return bins

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from clustersim.config.base import SLO
+from clustersim.itl import GapBins
 from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.requeststats import RequestGroup, RequestTotals
 
@@ -49,13 +50,16 @@ def request_latencies(requests: pa.Table) -> dict[str, NDArray[np.float64]]:
     return RequestTotals.of(requests).latencies
 
 
+PER_REQUEST = {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "itl_s": "max_itl_s", "e2e_s": "e2e_s"}  # target: latency
+
+
 def _slo_met(latencies: dict[str, NDArray[np.float64]], slo: SLO) -> NDArray[np.bool_]:
     met = np.ones(latencies["ttft_s"].size, dtype=bool)
-    for name in ("ttft_s", "tpot_s", "e2e_s"):
+    for name, latency in PER_REQUEST.items():
         target = getattr(slo, name)
         if target is not None:
-            values = latencies[name]
-            met &= np.isnan(values) | (values <= target)  # single-token outputs have no TPOT to miss
+            values = latencies[latency]
+            met &= np.isnan(values) | (values <= target)  # single-token outputs have no TPOT or gap to miss
     return met
 
 
@@ -99,11 +103,12 @@ def _mixed_slo(
     return block
 
 
-def _request_summary(group: RequestGroup, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
+def _request_summary(group: RequestGroup, gaps: GapBins, makespan_s: float, slo: SLO | None) -> dict[str, Any]:
     counts, latencies, emitted = group.counts, group.latencies, group.emitted_tokens
     summary: dict[str, Any] = {
         "num_requests": {"arrived": group.num_arrived, **counts},
         **{name: distribution(values[~np.isnan(values)]) for name, values in latencies.items()},
+        "itl_s": gaps.summary(PERCENTILES),
         "output_tokens": emitted,
         "output_tokens_per_s": emitted / makespan_s if makespan_s > 0 else None,
         "requests_per_s": counts["completed"] / makespan_s if makespan_s > 0 else None,
@@ -112,14 +117,20 @@ def _request_summary(group: RequestGroup, makespan_s: float, slo: SLO | None) ->
         num_met = int(np.count_nonzero(_slo_met(latencies, slo)))
         summary["slo"] = _slo_block(slo.targets(), num_met, group.num_arrived, makespan_s)
         if slo.percentile is not None:
-            summary["slo"].update(_percentile_verdict(latencies, slo, slo.percentile))
+            summary["slo"].update(_percentile_verdict(latencies, gaps, slo, slo.percentile))
     return summary
 
 
-def _percentile_verdict(latencies: dict[str, NDArray[np.float64]], slo: SLO, percentile: float) -> dict[str, Any]:
-    """Whether the ``percentile``-th value of each targeted metric (over completed requests) is within target."""
+def _percentile_verdict(
+    latencies: dict[str, NDArray[np.float64]], gaps: GapBins, slo: SLO, percentile: float
+) -> dict[str, Any]:
+    """Whether the ``percentile``-th value of each targeted metric is within target: over completed
+    requests, and for ``itl_s`` over every inter-token gap."""
     values: dict[str, float | None] = {}
     for name in slo.targets():
+        if name == "itl_s":
+            values[name] = gaps.percentile(percentile) if gaps.num_gaps else None
+            continue
         finite = latencies[name][~np.isnan(latencies[name])]
         values[name] = float(np.percentile(finite, percentile)) if finite.size else None
     met = all(v is not None and v <= slo.targets()[k] for k, v in values.items())
@@ -167,21 +178,28 @@ def summarize(
     num_replicas: int,
     slo: SLO | None,
     tenant_slos: Mapping[str, SLO | None] | None = None,
+    gaps: Mapping[str, dict[int, list[float]]] | None = None,
 ) -> dict[str, Any]:
     """The run's ``summary.json``: request counts, latency percentiles, throughput, utilisation.
 
     ``tenant_slos``: each tenant's targets (its own, else ``slo``); when some differ from ``slo``,
-    the run's ``slo`` block holds each request to its tenant's targets.
+    the run's ``slo`` block holds each request to its tenant's targets. ``gaps``: each tenant's
+    inter-token gap bins (``itl.parquet``; None: no gaps).
     """
     if isinstance(requests, pa.Table):
         requests = RequestTotals.of(requests)
+    gaps = gaps or {}
     tenant_slos = dict(tenant_slos) if tenant_slos is not None else {}
-    summary: dict[str, Any] = {"makespan_s": makespan_s, **_request_summary(requests.overall(), makespan_s, slo)}
+    overall = _request_summary(requests.overall(), GapBins.merged(gaps.values()), makespan_s, slo)
+    summary: dict[str, Any] = {"makespan_s": makespan_s, **overall}
     if any(s != slo for s in tenant_slos.values()):
         summary["slo"] = _mixed_slo(requests, makespan_s, slo, tenant_slos)
     tenants = sorted(requests.tenants)
     if len(tenants) > 1:
-        per_tenant = {t: _request_summary(requests.of_tenant(t), makespan_s, tenant_slos.get(t, slo)) for t in tenants}
+        per_tenant = {
+            t: _request_summary(requests.of_tenant(t), GapBins(gaps.get(t, {})), makespan_s, tenant_slos.get(t, slo))
+            for t in tenants
+        }
         summary["tenants"] = per_tenant
         summary["fairness"] = _fairness(requests, tenants, per_tenant)
     if isinstance(steps, pa.Table):

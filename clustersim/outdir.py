@@ -20,7 +20,7 @@ from typing import IO
 from clustersim.errors import ConfigError, shown_value
 
 MAX_NAME_CHARS = 80
-_OUTPUTS = ("summary.json", "requests.parquet", "steps.parquet", "memory.parquet")
+_OUTPUTS = ("summary.json", "requests.parquet", "steps.parquet", "memory.parquet", "itl.parquet")
 RUN_FILES = ("INCOMPLETE", *_OUTPUTS, *(f"{name}.partial" for name in _OUTPUTS))  # what a run leaves
 LOCK_FILE = ".clustersim.lock"
 

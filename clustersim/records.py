@@ -4,13 +4,15 @@
 rejected, or the run ends); ``steps.parquet`` one :class:`StepRecord` per scheduler iteration, or
 per run of identical decode steps (``num_steps`` > 1); ``memory.parquet`` one :class:`MemoryRecord`
 per step or run: where the replica's KV capacity went (the ledger categories add up to
-``capacity_bytes``). Column names carry units. The simulator builds records in field order (hot
+``capacity_bytes``); ``itl.parquet`` one :class:`GapRecord` per tenant and bin of inter-token
+gaps. Column names carry units. The simulator builds records in field order (hot
 paths: a comment names the field where the value does not), the writers store them as they are,
 and the analysis layer reads columns by these names.
 """
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Annotated, Any, NamedTuple, get_args, get_type_hints
 
@@ -40,6 +42,7 @@ class RequestRecord(NamedTuple):
     reject_reason: Annotated[str, STR]
     session_id: Annotated[int, I64]  # -1: none
     num_cached_prompt_tokens: Annotated[int, I64]  # found in the prefix cache at first admission
+    max_itl_s: Annotated[float | None, F64]  # its greatest gap between consecutive tokens; null before a second
 
     @classmethod
     def of(cls, request: Request) -> RequestRecord:
@@ -60,6 +63,7 @@ class RequestRecord(NamedTuple):
             request.reject_reason,
             request.session_id,
             request.num_cached_prompt_tokens,
+            gap if (gap := request.max_itl_s) > -math.inf else None,  # max_itl_s
         )
 
 
@@ -98,6 +102,19 @@ class MemoryRecord(NamedTuple):
     min_free_bytes: Annotated[float, F64]  # the least free headroom of any of its iterations
 
 
+class GapRecord(NamedTuple):
+    """One bin of one tenant's inter-token gaps (all gaps between consecutive tokens of its requests)."""
+
+    tenant: Annotated[str, STR]
+    bin: Annotated[int, I32]  # clustersim.itl.bin_of
+    lower_s: Annotated[float, F64]  # the bin holds gaps in [lower_s, upper_s)
+    upper_s: Annotated[float, F64]
+    num_gaps: Annotated[int, I64]
+    sum_s: Annotated[float, F64]
+    min_s: Annotated[float, F64]
+    max_s: Annotated[float, F64]
+
+
 # the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet
 LEDGER_CATEGORIES = (
     "stored_bytes",
@@ -131,3 +148,4 @@ def numpy_dtypes_of(record: type[tuple[Any, ...]]) -> tuple[type[np.generic] | N
 REQUEST_SCHEMA = schema_of(RequestRecord)
 STEP_SCHEMA = schema_of(StepRecord)
 MEMORY_SCHEMA = schema_of(MemoryRecord)
+GAP_SCHEMA = schema_of(GapRecord)

@@ -1,9 +1,9 @@
 """One pass over ``requests.parquet``, a record batch at a time: what the invariant checks and the
 summary need of the requests log.
 
-Per request, only the latencies of completed requests are kept (four float64 and two integers
+Per request, only the latencies of completed requests are kept (five float64 and two integers
 each, for the percentiles); everything else is a count, a sum or a flag. A run's end therefore
-holds about 50 bytes per completed request instead of the whole table.
+holds about 60 bytes per completed request instead of the whole table.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ COLUMNS = (
     "num_preemptions",
     "num_emitted_tokens",
     "num_cached_prompt_tokens",
+    "max_itl_s",
 )
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+LATENCIES = ("ttft_s", "tpot_s", "max_itl_s", "e2e_s", "queue_s")
 
 
 def _ints(batch: pa.RecordBatch, name: str) -> NDArray[np.int64]:
@@ -81,6 +82,8 @@ class RequestTotals:
         self.rejected_emitted_unpreempted = False
         self.counts = dict.fromkeys(STATUSES, 0)
         self.emitted_tokens = 0
+        self.num_gaps = 0  # gaps between consecutive tokens of every request: emitted tokens - 1 each
+        self.max_itl_s = -np.inf
         self.num_preemptions = 0
         self.admitted_prompt_tokens = 0
         self.cached_prompt_tokens = 0
@@ -124,6 +127,10 @@ class RequestTotals:
         self.unfinished_all_emitted |= bool(np.any(~done & (emitted >= outputs)))
         self.rejected_emitted_unpreempted |= bool(np.any(status["rejected"] & (emitted != 0) & (preemptions == 0)))
         self.emitted_tokens += int(emitted.sum())
+        self.num_gaps += int(np.maximum(emitted - 1, 0).sum())
+        greatest = pc.max(batch.column("max_itl_s")).as_py()
+        if greatest is not None and greatest > self.max_itl_s:
+            self.max_itl_s = greatest
         self.num_preemptions += int(preemptions.sum())
         self._add_prefix_and_span(batch, status)
         replica = _ints(batch, "replica")
@@ -204,6 +211,7 @@ class RequestTotals:
             tpot = np.where(output_floats > 1, (finished - first_token) / (output_floats - 1), np.nan)
         self._chunks["ttft_s"].append(first_token - arrival)
         self._chunks["tpot_s"].append(tpot)
+        self._chunks["max_itl_s"].append(_times(batch, "max_itl_s")[done])  # NaN: a single token
         self._chunks["e2e_s"].append(finished - arrival)
         self._chunks["queue_s"].append(_times(batch, "first_scheduled_at_s")[done] - arrival)
         self._outputs.append(outputs[done])

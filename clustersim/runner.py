@@ -22,7 +22,7 @@ from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import Scenario
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
-from clustersim.logstats import MemoryTotals, StepTotals
+from clustersim.logstats import MemoryTotals, StepTotals, gap_bins_of
 from clustersim.metrics import kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.requeststats import RequestTotals
@@ -89,23 +89,30 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
     steps = StepTotals.of(out_dir / "steps.parquet", plan.num_replicas, budget)
     memory = MemoryTotals.of(out_dir / "memory.parquet")
     requests = RequestTotals.of(out_dir / "requests.parquet")
+    gaps = gap_bins_of(out_dir / "itl.parquet")
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
-        check_run(requests, steps, plan.scenario, ends, memory)
+        check_run(requests, steps, plan.scenario, ends, memory, gaps)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
         exc.out_dir = out_dir
         raise
-    summary = summarize_run(plan, requests, steps, memory)
+    summary = summarize_run(plan, requests, steps, memory, gaps)
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()
     return RunResult(out_dir, summary)
 
 
-def summarize_run(plan: RunPlan, requests: RequestTotals, steps: StepTotals, memory: MemoryTotals) -> dict[str, Any]:
-    """``summary.json`` (the simulator's own figures aside) from the three logs (the step and memory
-    logs' totals) and the plan."""
+def summarize_run(
+    plan: RunPlan,
+    requests: RequestTotals,
+    steps: StepTotals,
+    memory: MemoryTotals,
+    gaps: dict[str, dict[int, list[float]]],
+) -> dict[str, Any]:
+    """``summary.json`` (the simulator's own figures aside) from the logs (the step and memory logs'
+    totals, the gap bins) and the plan."""
     scenario = plan.scenario
     span_s = requests.makespan_s(scenario.stop.horizon_s)
     num_preemptions = requests.num_preemptions
@@ -115,7 +122,7 @@ def summarize_run(plan: RunPlan, requests: RequestTotals, steps: StepTotals, mem
         "seed": scenario.seed,
         "clustersim_version": __version__,
         "kv_blocks_per_replica": [group.num_kv_blocks for group in plan.replica_groups()],
-        **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos),
+        **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos, gaps),
         "kv": kv_summary(
             memory, num_preemptions, requests.prefix_hit_rate() if scenario.kv.prefix_caching else None, num_swaps
         ),

@@ -2,7 +2,7 @@
 
 For each scenario under ``scenarios/`` (the published replays included) and each benchmark case
 at 10k requests, in both simulation modes (fast forward and step by step), this hashes the data
-of ``requests.parquet``, ``steps.parquet`` and ``memory.parquet`` column by column (Arrow IPC
+of ``requests.parquet``, ``steps.parquet``, ``memory.parquet`` and ``itl.parquet`` column by column (Arrow IPC
 bytes, file metadata left out) and keeps the summary figures (``summary.json`` without the event
 count, which measures the simulator rather than the system).
 
@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = ROOT / "scripts" / "golden_outputs.json"
-TABLES = ("requests", "steps", "memory")
+TABLES = ("requests", "steps", "memory", "itl")
 BENCH_REQUESTS = 10_000
 
 

@@ -8,6 +8,7 @@ step-by-step reference.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -156,7 +157,13 @@ def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, An
         step = run(raw, Path(tmp), False)
         fast_rows = sorted(pq.read_table(fast.out_dir / "requests.parquet").to_pylist(), key=lambda r: r["request_id"])
         step_rows = sorted(pq.read_table(step.out_dir / "requests.parquet").to_pylist(), key=lambda r: r["request_id"])
+        fast_gaps = pq.read_table(fast.out_dir / "itl.parquet").to_pylist()
+        step_gaps = pq.read_table(step.out_dir / "itl.parquet").to_pylist()
     assert fast_rows == step_rows
+    # every bin holds the same gaps in both modes: counts, least and greatest exactly, sums to rounding
+    assert [{**g, "sum_s": 0} for g in fast_gaps] == [{**g, "sum_s": 0} for g in step_gaps]
+    for fast_bin, step_bin in zip(fast_gaps, step_gaps, strict=True):
+        assert math.isclose(fast_bin["sum_s"], step_bin["sum_s"], rel_tol=1e-9)
     assert_same_summary(fast.summary, step.summary)
 
 

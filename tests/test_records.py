@@ -18,7 +18,7 @@ def test_request_record_fields_match_the_request_by_name() -> None:
     request = Request(7, "chat", 1.5, 11, 13, session_id=17)
     request.replica, request.first_scheduled_at_s, request.first_token_at_s = 3, 2.5, 4.5
     request.status, request.num_preemptions, request.num_emitted_tokens = "unfinished", 5, 6
-    request.reject_reason, request.num_cached_prompt_tokens = "why", 9
+    request.reject_reason, request.num_cached_prompt_tokens, request.max_itl_s = "why", 9, 0.25
     record = RequestRecord.of(request)._asdict()
     for name, value in record.items():
         expected = getattr(request, name)
@@ -26,6 +26,8 @@ def test_request_record_fields_match_the_request_by_name() -> None:
             assert value is None, name
         else:
             assert value == expected, name
+    request.max_itl_s = -math.inf  # no second token yet
+    assert RequestRecord.of(request).max_itl_s is None
 
 
 def test_ledger_row_fields_by_name() -> None:

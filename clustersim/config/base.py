@@ -59,15 +59,19 @@ def takes_bool(annotation: Any) -> bool:
 class SLO(StrictModel):
     """Per-request targets; a request meets the SLO when it meets every target given.
 
+    ``itl_s`` bounds every gap between two consecutive tokens of a request (its ``max_itl_s``).
     ``percentile`` (optional, in (0, 100)): also judge the run as a whole, as capacity planners
     state targets ("p99 TTFT under 500 ms"): is that percentile of each metric within its target?
+    For ``itl_s`` the percentile is over all gaps of all requests (Sarathi-Serve's p99
+    time-between-tokens), for the others over completed requests.
     """
 
     ttft_s: PositiveFloat | None = None
     tpot_s: PositiveFloat | None = None
+    itl_s: PositiveFloat | None = None
     e2e_s: PositiveFloat | None = None
     percentile: float | None = Field(default=None, gt=0.0, lt=100.0)
 
     def targets(self) -> dict[str, float]:
         """The latency targets that are set, by metric name."""
-        return {k: v for k in ("ttft_s", "tpot_s", "e2e_s") if (v := getattr(self, k)) is not None}
+        return {k: v for k in ("ttft_s", "tpot_s", "itl_s", "e2e_s") if (v := getattr(self, k)) is not None}

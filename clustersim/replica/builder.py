@@ -120,6 +120,7 @@ class Builder:
             core.swapped.popleft()
             self.swap_blocks += host_blocks
             seat = core.seats.add_decoding(request, kv_tokens, self.decode_index)
+            core.gaps.joined(seat, request.last_token_at_s, self.decode_index)
             core.kv.swap_in(seat, need, host_blocks, self.decode_index)
 
     def continue_prefills(self) -> None:

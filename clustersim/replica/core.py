@@ -34,6 +34,7 @@ from clustersim.replica.accounting import memory_record
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.batching import BatchingPolicy, StepLimits
 from clustersim.replica.builder import Builder
+from clustersim.replica.gaps import GapTracker
 from clustersim.replica.queues import WaitingQueue
 from clustersim.replica.seats import Seat, SeatSet
 from clustersim.replica.step import DecodeAnchor, Step
@@ -90,6 +91,7 @@ class Core:
         self._shapes: dict[int, DecodeStepShape] = {}
         self._may_hold = policy.holds
         self._builder = Builder(self)
+        self.gaps = GapTracker(log.gaps, self.seats)
 
     # ------------------------------------------------------------------ queues
     @property
@@ -248,13 +250,19 @@ class Core:
         grown = self.kv.grow_through(first + 1, first + num_steps - 1) if num_steps > 1 else 0
         # the decode index of the last step; a step that pauses the decodes sits just before the next one
         last_index = first + num_steps - 1 if step.advances else first - 1
+        if step.advances:
+            self.gaps.advanced(step, num_steps, now_s)
         num_first_tokens = 0
         for seat, chunk in step.chunks:
             if self.seats.advance_prefill(seat, chunk):
                 num_first_tokens += 1
-                if seat.request.num_emitted_tokens == 0:
-                    seat.request.first_token_at_s = now_s
+                request = seat.request
+                if request.num_emitted_tokens == 0:
+                    request.first_token_at_s = now_s
+                else:  # recomputed after a preemption: the gap since its last token ends here
+                    self.gaps.resumed(request, now_s)
                 self.start_decoding(seat, last_index)
+                self.gaps.joined(seat, now_s, last_index + 1)
         if num_first_tokens and self.kv.grown_through < last_index:  # their blocks cover step last_index
             self.kv.grown_through = last_index
         batch, pool = step.batch, self.kv.pool
@@ -314,6 +322,8 @@ class Core:
         blocks = self.kv.swap_out_blocks(seat, d - 1)
         kv_tokens = seat.kv_offset + d - 1
         decoding = seat.decoding
+        if decoding:
+            self.gaps.left(seat, d)
         request = self.vacate(seat, d - 1)
         if decoding:
             request.num_emitted_tokens = seat.emit_base + d - 1
@@ -332,6 +342,7 @@ class Core:
         return 0
 
     def finish(self, seat: Seat, last_index: int, now_s: float) -> None:
+        self.gaps.left(seat, last_index + 1)
         request = self.vacate(seat, last_index)
         request.num_emitted_tokens = request.output_tokens
         request.finished_at_s = now_s
@@ -363,6 +374,7 @@ class Core:
         for seat in self.seats.seats.values():
             if seat.decoding:
                 seat.request.num_emitted_tokens = self.seats.emitted_at(seat, done_index)
+                self.gaps.left(seat, done_index + 1)
         swapped = [request for request, _, _ in self.swapped]
         return [*(s.request for s in self.seats.seats.values()), *swapped, *self.waiting, *self.deferred]
 

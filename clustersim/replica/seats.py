@@ -23,7 +23,16 @@ class Seat(KVSequence):
     decode step ``finish_index``. The KV fields (:class:`KVSequence`) are the KV manager's.
     """
 
-    __slots__ = ("done_tokens", "emit_base", "finish_index", "order", "prefill_tokens")
+    __slots__ = (
+        "done_tokens",
+        "emit_base",
+        "finish_index",
+        "join_gap_s",
+        "join_index",
+        "joined_at_s",
+        "order",
+        "prefill_tokens",
+    )
 
     request: Request
 
@@ -34,6 +43,10 @@ class Seat(KVSequence):
         self.done_tokens = 0
         self.emit_base = 0
         self.finish_index = 0
+        # inter-token gaps (replica/gaps.py): its first decode step, when its previous token came, that first gap
+        self.join_index = 0
+        self.joined_at_s = 0.0
+        self.join_gap_s = float("-inf")
 
 
 class SeatSet:
@@ -53,6 +66,7 @@ class SeatSet:
         self.kv_offset_sum = 0
         self.prefill_done_sum = 0
         self.decoder_cached_sum = 0  # cached prefix tokens of the decoding seats
+        self.decode_by_tenant: dict[str, int] = {}  # decoding seats of each tenant (inter-token gaps are per tenant)
         self._num_admitted = 0
 
     def __len__(self) -> int:
@@ -92,6 +106,8 @@ class SeatSet:
         heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
         self.num_decode += 1
         self.kv_offset_sum += kv_offset
+        by_tenant = self.decode_by_tenant
+        by_tenant[request.tenant] = by_tenant.get(request.tenant, 0) + 1
 
     def advance_prefill(self, seat: Seat, tokens: int) -> bool:
         """Record ``tokens`` more prompt tokens computed; True when the prompt is done."""
@@ -108,6 +124,7 @@ class SeatSet:
             self.num_decode -= 1
             self.kv_offset_sum -= seat.kv_offset
             self.decoder_cached_sum -= seat.cached_tokens
+            self.decode_by_tenant[seat.request.tenant] -= 1
         else:
             self.prefill_done_sum -= seat.done_tokens
             del self.prefilling[request_id]

@@ -37,6 +37,10 @@ class DecodeAnchor:
         steps = index - self.first_index + 1
         return self.started_at_s + run_duration_s(self.shape, self.first_context_tokens, self.num_seqs, steps)
 
+    def step_duration_s(self, index: int) -> float:
+        """How long decode step ``index`` of this anchor lasts, by the cost formula (its gap)."""
+        return self.shape.duration_s(self.first_context_tokens + self.num_seqs * (index - self.first_index))
+
     def continues(self, index: int, num_seqs: int, context_tokens: int, shape: DecodeStepShape) -> bool:
         """Whether a decode step (``index``, ``num_seqs``, total ``context_tokens``) directly follows this anchor's."""
         return (

@@ -12,7 +12,8 @@ class Request:
     """One inference request, from arrival to its last token.
 
     Times are absolute simulation times in seconds (``*_at_s``); NaN until they happen.
-    ``num_emitted_tokens`` counts output tokens produced so far (kept across preemptions).
+    ``num_emitted_tokens`` counts output tokens produced so far (kept across preemptions);
+    ``max_itl_s`` is its greatest inter-token gap (``-inf`` before its second token).
 
     From the arrival process: ``session_id`` (a session within the tenant: a closed-loop user, or a
     trace's session column; -1 if none) and ``prefix_hash_ids`` (ids of the prompt's leading blocks
@@ -24,6 +25,8 @@ class Request:
         "finished_at_s",
         "first_scheduled_at_s",
         "first_token_at_s",
+        "last_token_at_s",
+        "max_itl_s",
         "num_cached_prompt_tokens",
         "num_emitted_tokens",
         "num_preemptions",
@@ -65,6 +68,8 @@ class Request:
         self.num_preemptions = 0
         self.num_emitted_tokens = 0
         self.num_cached_prompt_tokens = 0  # prompt tokens its first admission found in the prefix cache
+        self.last_token_at_s = math.nan  # kept while it is preempted (its next token's gap starts there)
+        self.max_itl_s = -math.inf  # its greatest gap between two consecutive tokens so far
 
     def __repr__(self) -> str:
         return (

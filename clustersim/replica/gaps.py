@@ -1,0 +1,111 @@
+"""One replica's inter-token gaps, counted per event, never per token (pure; see :mod:`clustersim.itl`).
+
+At the end of each step (or run of decode steps) that advances the decode index, the sequences that
+decoded in the previous advancing step too see the decode gap of each step, and those joining the
+decodes (first token, recompute, swap-in) see their own first gap. A sequence's greatest gap is
+asked of a :class:`~clustersim.itl.SuffixMax` of decode gaps when it leaves its seat.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clustersim.itl import BinRange, GapHistogram, SuffixMax, anchored_ranges, single
+from clustersim.replica.seats import Seat, SeatSet
+from clustersim.replica.step import Step
+from clustersim.workload.request import Request
+
+PRUNE_FROM = 1024  # suffix-max segments kept before the ones no live sequence can reach are dropped
+
+
+class GapTracker:
+    """The gaps of one replica's sequences, into the run's shared histogram."""
+
+    def __init__(self, histogram: GapHistogram, seats: SeatSet) -> None:
+        self.histogram = histogram
+        self.seats = seats
+        self.suffix = SuffixMax()
+        self.last_decode_end_s = math.nan  # the end of the last step that advanced the decode index
+        self._joining: list[Seat] = []  # decoding seats that have not decoded yet
+        self._prune_at = PRUNE_FROM
+
+    def joined(self, seat: Seat, last_token_at_s: float, first_decode_index: int) -> None:
+        """``seat`` decodes from ``first_decode_index``; its previous token came at ``last_token_at_s``."""
+        seat.joined_at_s = last_token_at_s
+        seat.join_index = first_decode_index
+        seat.join_gap_s = -math.inf
+        self._joining.append(seat)
+
+    def resumed(self, request: Request, now_s: float) -> None:
+        """A recomputed sequence made its next token at ``now_s``."""
+        gap_s = now_s - request.last_token_at_s
+        self.histogram.add(request.tenant, single(gap_s))
+        if gap_s > request.max_itl_s:
+            request.max_itl_s = gap_s
+
+    def advanced(self, step: Step, num_steps: int, now_s: float) -> None:
+        """Count the gaps of the first ``num_steps`` steps of ``step`` (it advanced the decode index)."""
+        first = step.first_index
+        first_end_s = step.end_of(1) if num_steps > 1 else now_s
+        if step.batch.num_decode_seqs:
+            self._first_step(step, first, first_end_s)
+            if num_steps > 1:
+                self._tail(step, first, num_steps)
+        self.last_decode_end_s = now_s
+        if len(self.suffix) > self._prune_at:
+            self._prune()
+
+    def _first_step(self, step: Step, first: int, end_s: float) -> None:
+        joiners: dict[str, int] = {}
+        for seat in self._joining:
+            if seat.alive:
+                gap_s = end_s - seat.joined_at_s
+                seat.join_gap_s = gap_s
+                tenant = seat.request.tenant
+                self.histogram.add(tenant, single(gap_s))
+                joiners[tenant] = joiners.get(tenant, 0) + 1
+        self._joining = []
+        anchor = step.anchor
+        if anchor is not None and first > anchor.first_index:
+            gap_s = anchor.shape.duration_s(
+                anchor.first_context_tokens + anchor.num_seqs * (first - anchor.first_index)
+            )
+        else:
+            gap_s = end_s - self.last_decode_end_s
+        ranges = single(gap_s)
+        continuing = False
+        for tenant, count in self.seats.decode_by_tenant.items():
+            weight = count - joiners.get(tenant, 0)
+            if weight > 0:
+                self.histogram.add(tenant, ranges, weight)
+                continuing = True
+        if continuing:
+            self.suffix.push(first, gap_s)
+
+    def _tail(self, step: Step, first: int, num_steps: int) -> None:
+        anchor = step.anchor
+        assert anchor is not None  # runs of more than one step are anchored
+        j = first - anchor.first_index
+        ranges: list[BinRange] = anchored_ranges(
+            anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j + 1, j + num_steps - 1
+        )
+        for tenant, count in self.seats.decode_by_tenant.items():
+            if count:
+                self.histogram.add(tenant, ranges, count)
+        self.suffix.push(first + 1, ranges[-1].max_s)
+
+    def left(self, seat: Seat, next_decode_index: int) -> None:
+        """A decoding seat leaves (finished, preempted before ``next_decode_index``, or the run
+        ended): fold its greatest gap into its request, and note when its last token came."""
+        request = seat.request
+        stint_s = max(seat.join_gap_s, self.suffix.since(seat.join_index + 1))
+        if stint_s > request.max_itl_s:
+            request.max_itl_s = stint_s
+        decoded = seat.join_index < next_decode_index
+        request.last_token_at_s = self.last_decode_end_s if decoded else seat.joined_at_s
+
+    def _prune(self) -> None:
+        joins = [seat.join_index for seat in self.seats.seats.values() if seat.decoding]
+        if joins:
+            self.suffix.drop_before(min(joins) + 1)
+        self._prune_at = max(PRUNE_FROM, 2 * len(self.suffix))
