@@ -85,7 +85,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{counts['rejected']} rejected, {counts['unfinished']} unfinished",
         f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
-    for name, label in (("ttft_s", "TTFT ms"), ("tpot_s", "TPOT ms"), ("e2e_s", "E2E ms"), ("queue_s", "queue ms")):
+    rows = (
+        ("ttft_s", "TTFT ms"),
+        ("tpot_s", "TPOT ms"),
+        ("itl_s", "ITL ms"),  # over every gap between two tokens
+        ("max_itl_s", "max ITL ms"),  # each request's longest gap
+        ("e2e_s", "E2E ms"),
+        ("queue_s", "queue ms"),
+    )
+    for name, label in rows:
         row = summary[name]
         lines.append(f"{label:<10}" + "".join(f"{_fmt(row[k], 1e3, 1):>10}" for k in ("mean", "p50", "p90", "p99")))
     replicas = summary["replicas"]
@@ -142,7 +150,7 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     if not quiet:
         click.echo(format_summary(result.summary))
         click.echo(
-            f"wrote {result.out_dir}/ (requests, steps and memory .parquet, summary.json) in {wall_s:.2f} s wall"
+            f"wrote {result.out_dir}/ (requests, steps, memory and itl .parquet, summary.json) in {wall_s:.2f} s wall"
         )
     else:
         click.echo(str(result.out_dir))

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
 
 from clustersim.cost.base import DecodeStepShape
 from clustersim.cost.runs import run_duration_s
@@ -48,52 +47,86 @@ def bin_edges_s(index: int) -> tuple[float, float]:
     return lower, upper
 
 
-class BinRange(NamedTuple):
-    """``num_gaps`` consecutive gaps that share a bin: their sum, least and greatest."""
-
-    bin: int
-    num_gaps: int
-    sum_s: float
-    min_s: float
-    max_s: float
+# ``(bin, num_gaps, sum_s, min_s, max_s)``: consecutive gaps that share a bin (a plain tuple: built
+# on the hot path, where a NamedTuple's constructor would cost more than the rest)
+BinRange = tuple[int, int, float, float, float]
 
 
 def single(gap_s: float) -> list[BinRange]:
-    return [BinRange(bin_of(gap_s), 1, gap_s, gap_s, gap_s)]
+    return [(bin_of(gap_s), 1, gap_s, gap_s, gap_s)]
 
 
 def anchored_ranges(
-    shape: DecodeStepShape, first_context_tokens: int, num_seqs: int, j_first: int, j_last: int
+    shape: DecodeStepShape,
+    first_context_tokens: int,
+    num_seqs: int,
+    j_first: int,
+    j_last: int,
+    total_s: float | None = None,
 ) -> list[BinRange]:
     """The gaps of anchor steps ``j_first..j_last`` (step ``j`` lasts ``shape.duration_s(C0 + n*j)``),
-    grouped by bin: a few evaluations per bin touched, not one per step."""
+    grouped by bin: a few evaluations per bin touched, not one per step. ``total_s``: their sum,
+    if known (else each bin's is summed in closed form)."""
+
+    duration_s = shape.duration_s
+    first_value = duration_s(first_context_tokens + num_seqs * j_first)
+    first_bin = bin_of(first_value)
+    if j_last == j_first:
+        return [(first_bin, 1, first_value, first_value, first_value)]
+    last_value = duration_s(first_context_tokens + num_seqs * j_last)
+    last_bin = bin_of(last_value)
+    if last_bin == first_bin:  # the usual case: the whole range in one bin
+        count = j_last - j_first + 1
+        if total_s is None:
+            total_s = run_duration_s(shape, first_context_tokens + num_seqs * j_first, num_seqs, count)
+        return [(first_bin, count, total_s, first_value, last_value)]
 
     def duration(j: int) -> float:
-        return shape.duration_s(first_context_tokens + num_seqs * j)
+        return duration_s(first_context_tokens + num_seqs * j)
 
     ranges: list[BinRange] = []
-    j = j_first
-    last_value = duration(j_last)
-    last_bin = bin_of(last_value)
-    while j <= j_last:
+    j, value, index = j_first, first_value, first_bin
+    summed_s = 0.0
+    while index != last_bin:
+        upper_s = bin_edges_s(index)[1]  # in this bin exactly while below its upper edge
+        end = _last_below(duration, upper_s, j, j_last, value, last_value)
+        count = end - j + 1
+        sum_s = value if count == 1 else run_duration_s(shape, first_context_tokens + num_seqs * j, num_seqs, count)
+        ranges.append((index, count, sum_s, value, duration(end) if count > 1 else value))
+        summed_s += sum_s
+        j = end + 1
         value = duration(j)
         index = bin_of(value)
-        if index == last_bin:
-            end, end_value = j_last, last_value
-        else:  # the last step still in this bin: bisect between j (in it) and j_last (beyond it)
-            low, high = j, j_last
-            while high - low > 1:
-                mid = (low + high) // 2
-                if bin_of(duration(mid)) == index:
-                    low = mid
-                else:
-                    high = mid
-            end, end_value = low, duration(low)
-        count = end - j + 1
-        total_s = value if count == 1 else run_duration_s(shape, first_context_tokens + num_seqs * j, num_seqs, count)
-        ranges.append(BinRange(index, count, total_s, value, end_value))
-        j = end + 1
+    count = j_last - j + 1
+    if total_s is not None:
+        sum_s = total_s - summed_s
+    else:
+        sum_s = run_duration_s(shape, first_context_tokens + num_seqs * j, num_seqs, count)
+    ranges.append((index, count, sum_s, value, last_value))
     return ranges
+
+
+def _last_below(
+    duration: Callable[[int], float], upper_s: float, low: int, high: int, low_s: float, high_s: float
+) -> int:
+    """The last step in ``[low, high)`` lasting less than ``upper_s``, given that ``low`` does and
+    ``high`` does not (durations non-decreasing): guessed on the chord, then bisected."""
+    guess = low + int((upper_s - low_s) / (high_s - low_s) * (high - low)) if high_s > low_s else low
+    guess = min(max(guess, low), high - 1)
+    if duration(guess) < upper_s:
+        low = guess
+        if duration(guess + 1) >= upper_s:
+            return guess
+        low = guess + 1
+    else:
+        high = guess
+    while high - low > 1:
+        middle = (low + high) // 2
+        if duration(middle) < upper_s:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 class GapHistogram:
@@ -119,6 +152,27 @@ class GapHistogram:
                 if high_s > entry[3]:
                     entry[3] = high_s
 
+    def add_gap(self, tenant: str, gap_s: float, weight: int = 1) -> None:
+        """Count one gap ``weight`` times for ``tenant`` (:meth:`add` of a single gap, without the tuples)."""
+        bins = self.tenants.get(tenant)
+        if bins is None:
+            bins = self.tenants[tenant] = {}
+        if gap_s > 0.0:  # bin_of, inline (once per step)
+            mantissa, exponent = math.frexp(gap_s)
+            index = exponent * BINS_PER_OCTAVE + int((mantissa - 0.5) * (2 * BINS_PER_OCTAVE))
+        else:
+            index = ZERO_BIN
+        entry = bins.get(index)
+        if entry is None:
+            bins[index] = [weight, gap_s * weight, gap_s, gap_s]
+            return
+        entry[0] += weight
+        entry[1] += gap_s * weight
+        if gap_s < entry[2]:
+            entry[2] = gap_s
+        elif gap_s > entry[3]:
+            entry[3] = gap_s
+
     def rows(self) -> Iterator[tuple[str, int, int, float, float, float]]:
         """``(tenant, bin, count, sum_s, min_s, max_s)`` sorted by tenant and bin."""
         for tenant in sorted(self.tenants):
@@ -134,11 +188,11 @@ class SuffixMax:
     """
 
     def __init__(self) -> None:
-        self._starts: list[int] = []
+        self.starts: list[int] = []
         self._values: list[float] = []
 
     def push(self, start_index: int, value_s: float) -> None:
-        starts, values = self._starts, self._values
+        starts, values = self.starts, self._values
         while values and values[-1] <= value_s:
             values.pop()
             starts.pop()
@@ -147,18 +201,15 @@ class SuffixMax:
 
     def since(self, start_index: int) -> float:
         """The greatest gap of the segments starting at ``start_index`` or later (-inf if none)."""
-        position = bisect.bisect_left(self._starts, start_index)
+        position = bisect.bisect_left(self.starts, start_index)
         return self._values[position] if position < len(self._values) else -math.inf
 
     def drop_before(self, start_index: int) -> None:
         """Forget segments no query will reach (every live sequence joined at ``start_index`` or later)."""
-        position = bisect.bisect_left(self._starts, start_index)
+        position = bisect.bisect_left(self.starts, start_index)
         if position:
-            del self._starts[:position]
+            del self.starts[:position]
             del self._values[:position]
-
-    def __len__(self) -> int:
-        return len(self._starts)
 
 
 class GapBins:

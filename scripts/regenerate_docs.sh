@@ -11,7 +11,7 @@ LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met
 
 # README: the capacity question
 clustersim compare default --vary cluster.num_replicas=2,3,4,6 --set slo.percentile=99 \
-  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,SLO met %,out tok/s" --out "$out/capacity" --doc README.md#capacity
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,ITL p99 ms,SLO met %,out tok/s" --out "$out/capacity" --doc README.md#capacity
 
 # docs/scenarios.md: routers on the Azure conversation trace
 clustersim compare azure-conv-replay \
@@ -25,6 +25,10 @@ clustersim compare azure-conv-replay --vary scheduler.policy=static --set schedu
   --columns "$LAT" --out "$out/static" --doc docs/replica.md#static
 clustersim compare azure-conv-replay --vary scheduler.max_num_batched_tokens=512,2048,8192 \
   --set scheduler.policy=chunked_prefill --columns "$LAT" --out "$out/chunks" --doc docs/replica.md#chunks
+clustersim compare streaming-smoothness \
+  --vary 'scheduler={policy: vllm, max_num_batched_tokens: 8192},{policy: chunked_prefill, max_num_batched_tokens: 512}' \
+  --columns "TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,ITL p50 ms,ITL p99 ms,ITL max ms,SLO met %" --out "$out/itl" \
+  --doc docs/replica.md#itl
 clustersim compare static-batch-wait --vary scheduler.batch_wait_s=0,1,4 \
   --columns "mean batch,busy %,TTFT p50 ms,TTFT p99 ms" --out "$out/wait" --doc docs/replica.md#batch-wait
 

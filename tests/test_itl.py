@@ -56,7 +56,7 @@ def test_run_ranges_equal_step_by_step_bins(fixed, parts, context, num_seqs, j_f
         entry[0] += 1
         entry[1] += value
         entry[2], entry[3] = min(entry[2], value), max(entry[3], value)
-    got = {r.bin: [r.num_gaps, r.sum_s, r.min_s, r.max_s] for r in ranges}
+    got = {index: [count, sum_s, low_s, high_s] for index, count, sum_s, low_s, high_s in ranges}
     assert sorted(got) == sorted(expected) and len(ranges) == len(got)  # one range a bin
     for index, (count, total_s, low_s, high_s) in expected.items():
         assert got[index][0] == count and got[index][2] == low_s and got[index][3] == high_s

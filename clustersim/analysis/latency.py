@@ -1,4 +1,4 @@
-"""Empirical CDFs of per-request latency: TTFT, TPOT and end-to-end, one line per tenant."""
+"""Empirical CDFs of per-request latency: TTFT, TPOT, longest inter-token gap and end-to-end, one line per tenant."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ class LatencyMetric(NamedTuple):
 METRICS = (
     LatencyMetric("ttft", "Time to first token", "TTFT"),
     LatencyMetric("tpot", "Time per output token", "TPOT"),
+    LatencyMetric("itl", "Longest gap between two tokens", "max inter-token latency"),
     LatencyMetric("e2e", "End-to-end latency", "end-to-end latency"),
 )
 
@@ -42,13 +43,14 @@ def latencies_ms(requests: pd.DataFrame) -> dict[str, FloatArray]:
 
     TTFT is ``first_token_at_s - arrival_at_s``; TPOT is ``(finished_at_s - first_token_at_s) /
     (output_tokens - 1)`` and exists only for outputs of 2 or more tokens; end-to-end is
-    ``finished_at_s - arrival_at_s``.
+    ``finished_at_s - arrival_at_s``; ``itl`` is each request's longest inter-token gap
+    (``max_itl_s``: empty for runs written before it existed).
 
     Args:
         requests: Rows of ``requests.parquet``.
 
     Returns:
-        ``{"ttft": ..., "tpot": ..., "e2e": ...}`` arrays in milliseconds.
+        ``{"ttft": ..., "tpot": ..., "itl": ..., "e2e": ...}`` arrays in milliseconds.
     """
     done = requests[requests["status"] == "completed"]
     arrival_s = done["arrival_at_s"].to_numpy(np.float64)
@@ -57,7 +59,8 @@ def latencies_ms(requests: pd.DataFrame) -> dict[str, FloatArray]:
     outputs = done["output_tokens"].to_numpy(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot_s = np.where(outputs > 1, (finished_s - first_token_s) / (outputs - 1), np.nan)
-    result = {"ttft": first_token_s - arrival_s, "tpot": tpot_s, "e2e": finished_s - arrival_s}
+    longest_s = done["max_itl_s"].to_numpy(np.float64) if "max_itl_s" in done else np.zeros(0)
+    result = {"ttft": first_token_s - arrival_s, "tpot": tpot_s, "itl": longest_s, "e2e": finished_s - arrival_s}
     return {key: values[np.isfinite(values)] * 1e3 for key, values in result.items()}
 
 
@@ -92,7 +95,7 @@ def _groups(run: RunData) -> list[Group]:
 
 def _slo_target_ms(run: RunData, key: str) -> float | None:
     targets = (run.summary.get("slo") or {}).get("targets") or {}
-    target_s = targets.get(f"{key}_s")
+    target_s = targets.get(f"{key}_s")  # itl: slo.itl_s bounds every gap of a request, i.e. its longest
     return float(target_s) * 1e3 if isinstance(target_s, int | float) else None
 
 
@@ -129,8 +132,8 @@ def _panel(ax: Axes, legend_ax: Axes, run: RunData, metric: LatencyMetric, group
     legend_ax.axis("off")
     present = [group.latencies_ms[metric.key] for group in groups if group.latencies_ms[metric.key].size]
     if not present:
-        if len(run.completed()) and metric.key == "tpot":
-            annotate_empty(ax, "no completed request has 2+ output tokens\n(TPOT is undefined)")
+        if len(run.completed()) and metric.key in ("tpot", "itl"):
+            annotate_empty(ax, f"no completed request has 2+ output tokens\n({metric.axis} is undefined)")
         else:
             annotate_empty(ax, "no completed requests")
         return
@@ -160,7 +163,7 @@ def _panel(ax: Axes, legend_ax: Axes, run: RunData, metric: LatencyMetric, group
 
 
 def plot_latency_cdf(run: RunData) -> Figure:
-    """Three panels of empirical CDFs (TTFT, TPOT, end-to-end) over completed requests.
+    """Four panels of empirical CDFs (TTFT, TPOT, longest inter-token gap, end-to-end) over completed requests.
 
     With several tenants there is one line per tenant and a darker line for all of them; a dot
     marks each line's p50 and a diamond its p99; a dashed red line marks the SLO target, if any.
@@ -174,7 +177,7 @@ def plot_latency_cdf(run: RunData) -> Figure:
     groups = _groups(run)
     num_legend_rows = len(groups) + (1 if run.summary.get("slo") else 0)
     legend_height_in = 0.2 + 0.22 * num_legend_rows
-    figure = new_figure(15.0, 4.4 + legend_height_in)
+    figure = new_figure(19.0, 4.4 + legend_height_in)
     grid = figure.add_gridspec(2, len(METRICS), height_ratios=[4.0, legend_height_in])
     axes = [figure.add_subplot(grid[0, i]) for i in range(len(METRICS))]
     for ax in axes[1:]:

@@ -43,7 +43,7 @@ REQUEST_COLUMNS = _columns(
     "first_token_at_s",
     "finished_at_s",
     "status",
-)
+)  # and max_itl_s where the run has it
 STEP_COLUMNS = _columns(
     StepRecord,
     "replica",

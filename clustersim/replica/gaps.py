@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from clustersim.itl import BinRange, GapHistogram, SuffixMax, anchored_ranges, single
+from clustersim.itl import BinRange, GapHistogram, SuffixMax, anchored_ranges
 from clustersim.replica.seats import Seat, SeatSet
-from clustersim.replica.step import Step
+from clustersim.replica.step import DecodeAnchor, Step
 from clustersim.workload.request import Request
 
 PRUNE_FROM = 1024  # suffix-max segments kept before the ones no live sequence can reach are dropped
@@ -39,60 +39,83 @@ class GapTracker:
     def resumed(self, request: Request, now_s: float) -> None:
         """A recomputed sequence made its next token at ``now_s``."""
         gap_s = now_s - request.last_token_at_s
-        self.histogram.add(request.tenant, single(gap_s))
+        self.histogram.add_gap(request.tenant, gap_s)
         if gap_s > request.max_itl_s:
             request.max_itl_s = gap_s
 
     def advanced(self, step: Step, num_steps: int, now_s: float) -> None:
         """Count the gaps of the first ``num_steps`` steps of ``step`` (it advanced the decode index)."""
-        first = step.first_index
-        first_end_s = step.end_of(1) if num_steps > 1 else now_s
-        if step.batch.num_decode_seqs:
-            self._first_step(step, first, first_end_s)
-            if num_steps > 1:
-                self._tail(step, first, num_steps)
+        anchor = step.anchor
+        if anchor is not None and not self._joining and step.started_at_s == self.last_decode_end_s:
+            self._run(step, anchor, num_steps, now_s)
+        elif step.batch.num_decode_seqs:
+            first = step.first_index
+            # the first step's end: its start plus its formula if anchored (exactly what the gap of a
+            # step inside a run is), else the step's own end
+            if anchor is None:
+                end_s = now_s
+                gap_s = now_s - self.last_decode_end_s
+            else:
+                duration_s = anchor.step_duration_s(first)
+                started_s = step.started_at_s
+                end_s = started_s + duration_s
+                gap_s = (started_s - self.last_decode_end_s) + duration_s
+            joiners = self._join(end_s) if self._joining else None
+            add = self.histogram.add_gap
+            continuing = False
+            for tenant, count in self.seats.decode_by_tenant.items():
+                weight = count - joiners.get(tenant, 0) if joiners else count
+                if weight > 0:
+                    add(tenant, gap_s, weight)
+                    continuing = True
+            if continuing:
+                self.suffix.push(first, gap_s)
+            if num_steps > 1:  # the run's later steps last (its span - the first's) together
+                self._tail(step, first, num_steps, (now_s - step.started_at_s) - duration_s)
         self.last_decode_end_s = now_s
-        if len(self.suffix) > self._prune_at:
+        if len(self.suffix.starts) > self._prune_at:
             self._prune()
 
-    def _first_step(self, step: Step, first: int, end_s: float) -> None:
+    def _run(self, step: Step, anchor: DecodeAnchor, num_steps: int, now_s: float) -> None:
+        """The common case: decode steps right after the last, nobody joining; each step's gap is its formula."""
+        j = step.first_index - anchor.first_index
+        ranges = anchored_ranges(
+            anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j, j + num_steps - 1, now_s - step.started_at_s
+        )
+        add = self.histogram.add
+        for tenant, count in self.seats.decode_by_tenant.items():
+            if count:
+                add(tenant, ranges, count)
+        self.suffix.push(step.first_index, ranges[-1][4])  # no sequence joined inside: one segment will do
+        self.last_decode_end_s = now_s
+        if len(self.suffix.starts) > self._prune_at:
+            self._prune()
+
+    def _join(self, end_s: float) -> dict[str, int]:
+        """The first gaps of the sequences joining the decodes in a step ending at ``end_s``; how many per tenant."""
+        add = self.histogram.add_gap
         joiners: dict[str, int] = {}
         for seat in self._joining:
             if seat.alive:
                 gap_s = end_s - seat.joined_at_s
                 seat.join_gap_s = gap_s
                 tenant = seat.request.tenant
-                self.histogram.add(tenant, single(gap_s))
+                add(tenant, gap_s)
                 joiners[tenant] = joiners.get(tenant, 0) + 1
         self._joining = []
-        anchor = step.anchor
-        if anchor is not None and first > anchor.first_index:
-            gap_s = anchor.shape.duration_s(
-                anchor.first_context_tokens + anchor.num_seqs * (first - anchor.first_index)
-            )
-        else:
-            gap_s = end_s - self.last_decode_end_s
-        ranges = single(gap_s)
-        continuing = False
-        for tenant, count in self.seats.decode_by_tenant.items():
-            weight = count - joiners.get(tenant, 0)
-            if weight > 0:
-                self.histogram.add(tenant, ranges, weight)
-                continuing = True
-        if continuing:
-            self.suffix.push(first, gap_s)
+        return joiners
 
-    def _tail(self, step: Step, first: int, num_steps: int) -> None:
+    def _tail(self, step: Step, first: int, num_steps: int, total_s: float) -> None:
         anchor = step.anchor
         assert anchor is not None  # runs of more than one step are anchored
         j = first - anchor.first_index
         ranges: list[BinRange] = anchored_ranges(
-            anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j + 1, j + num_steps - 1
+            anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j + 1, j + num_steps - 1, total_s
         )
         for tenant, count in self.seats.decode_by_tenant.items():
             if count:
                 self.histogram.add(tenant, ranges, count)
-        self.suffix.push(first + 1, ranges[-1].max_s)
+        self.suffix.push(first + 1, ranges[-1][4])
 
     def left(self, seat: Seat, next_decode_index: int) -> None:
         """A decoding seat leaves (finished, preempted before ``next_decode_index``, or the run
@@ -108,4 +131,4 @@ class GapTracker:
         joins = [seat.join_index for seat in self.seats.seats.values() if seat.decoding]
         if joins:
             self.suffix.drop_before(min(joins) + 1)
-        self._prune_at = max(PRUNE_FROM, 2 * len(self.suffix))
+        self._prune_at = max(PRUNE_FROM, 2 * len(self.suffix.starts))
