@@ -47,6 +47,7 @@ FIELDS = (
     "cluster.num_replicas",
     "cluster.tensor_parallel",
     "slo.ttft_s",
+    "slo.itl_s",
     "slo.percentile",
     "name",
 )
