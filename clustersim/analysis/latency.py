@@ -132,7 +132,9 @@ def _panel(ax: Axes, legend_ax: Axes, run: RunData, metric: LatencyMetric, group
     legend_ax.axis("off")
     present = [group.latencies_ms[metric.key] for group in groups if group.latencies_ms[metric.key].size]
     if not present:
-        if len(run.completed()) and metric.key in ("tpot", "itl"):
+        if metric.key == "itl" and "max_itl_s" not in run.requests:
+            annotate_empty(ax, "not recorded in this run\n(written before max_itl_s existed)")
+        elif len(run.completed()) and metric.key in ("tpot", "itl"):
             annotate_empty(ax, f"no completed request has 2+ output tokens\n({metric.axis} is undefined)")
         else:
             annotate_empty(ax, "no completed requests")
