@@ -117,7 +117,10 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"goodput {_fmt(slo['goodput_requests_per_s'], digits=2)} req/s"
         )
         if "percentile_met" in slo:
-            shown = ", ".join(f"{k} {_fmt(v, 1e3, 1)} ms" for k, v in slo["percentile_values"].items())
+            shown = ", ".join(
+                f"{k} {_fmt(v, 1e3, 1)} ms" + (" (missed)" if v is None or v > slo["targets"][k] else "")
+                for k, v in slo["percentile_values"].items()
+            )
             verdict = "met" if slo["percentile_met"] else "MISSED"
             lines.append(f"p{slo['percentile']:g} targets {verdict}: {shown}")
     return "\n".join(lines)
