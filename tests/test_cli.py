@@ -26,6 +26,16 @@ def test_run_worked_example_prints_summary(tmp_path: Path):
     assert json.loads((tmp_path / "r" / "summary.json").read_text())["makespan_s"] == 10.0
 
 
+def test_summary_shows_inter_token_latency_and_the_missed_target(tmp_path: Path):
+    result = invoke("run", "streaming-smoothness", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("ITL ms") for line in lines) and any(line.startswith("max ITL ms") for line in lines)
+    verdict = next(line for line in lines if line.startswith("p99 targets"))
+    assert "MISSED" in verdict and "itl_s" in verdict and verdict.count("(missed)") == 1  # TPOT's p99 is within
+    assert (tmp_path / "r" / "itl.parquet").is_file()
+
+
 def test_builtin_scenario_by_name_and_set(tmp_path: Path):
     result = invoke(
         "run", "static-vs-continuous", "--set", "scheduler.policy=static", "--out", str(tmp_path), "--quiet"
