@@ -4,11 +4,12 @@ A decoding sequence's tokens come at the ends of the replica's decode steps, so 
 decode step its gaps are the replica's *decode gaps* ``G[D] = end(D) - end(D - 1)`` (a paused
 decode, such as a vLLM V0 prefill-only step, lies inside one). Its first gap after a first token,
 a recompute or a swap-in (a *joining* gap) is its own. Inside a run of decode steps timed by one
-anchor, step ``j`` of the anchor lasts ``shape.duration_s(C0 + n * j)``; that formula (not the
-difference of two end times) is the gap of every step after the anchor's first, in both modes, so
-the fast path can count a whole run's gaps without visiting them one by one: the formula is
+anchor, step ``j`` of the anchor lasts ``shape.duration_s(C0 + n * j)``; an anchored step is taken
+to end at its start plus that formula (not at the anchor's closed-form sum, which differs only by
+rounding), in both modes, so a step right after another has exactly the formula as its gap and the
+fast path can count a whole run's gaps without visiting them one by one: the formula is
 non-decreasing in ``j`` (every slope is a cost per context token), so each bin's steps form one
-range found by bisection.
+range, found from a guess on the chord and a bisection.
 
 Bins are ``BINS_PER_OCTAVE`` per power of two (each under 0.8% wide), found from the float's
 exponent and mantissa exactly; each bin keeps its count, sum, least and greatest gap, so a bin that
@@ -50,10 +51,6 @@ def bin_edges_s(index: int) -> tuple[float, float]:
 # ``(bin, num_gaps, sum_s, min_s, max_s)``: consecutive gaps that share a bin (a plain tuple: built
 # on the hot path, where a NamedTuple's constructor would cost more than the rest)
 BinRange = tuple[int, int, float, float, float]
-
-
-def single(gap_s: float) -> list[BinRange]:
-    return [(bin_of(gap_s), 1, gap_s, gap_s, gap_s)]
 
 
 def anchored_ranges(
