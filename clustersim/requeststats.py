@@ -19,24 +19,11 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from clustersim.logstats import BATCH_ROWS, batches_of
+from clustersim.records import RequestRecord
 
 STATUSES = ("completed", "rejected", "unfinished")
-COLUMNS = (
-    "request_id",
-    "tenant",
-    "replica",
-    "prompt_tokens",
-    "output_tokens",
-    "arrival_at_s",
-    "first_scheduled_at_s",
-    "first_token_at_s",
-    "finished_at_s",
-    "status",
-    "num_preemptions",
-    "num_emitted_tokens",
-    "num_cached_prompt_tokens",
-    "max_itl_s",
-)
+# every column but the text no check or figure needs (read a batch at a time, the rest stays on disk)
+COLUMNS = tuple(name for name in RequestRecord._fields if name not in ("reject_reason", "session_id"))
 LATENCIES = ("ttft_s", "tpot_s", "max_itl_s", "e2e_s", "queue_s")
 
 
