@@ -143,6 +143,14 @@ def _check_scheduler(
             "swap cannot be combined with kv.prefix_caching (a swapped-out sequence would hold cached blocks "
             "other sequences share); use recompute, which reuses the cached prefix when the request comes back",
         )
+    if policy.kv_per_chunk and kv.allocator != "paged":
+        raise ConfigError(
+            source, "kv.allocator", f"{policy.kind} takes KV blocks chunk by chunk: it needs allocator: paged"
+        )
+    if policy.kv_per_chunk and kv.preemption == "swap":
+        raise ConfigError(
+            source, "kv.preemption", f"{policy.kind} preempts by recompute only (vLLM V1 has no swap space)"
+        )
     if kv.prefix_caching and policy.whole_sequence_kv:
         growing = ", ".join(name for name in POLICIES.names() if not POLICIES.get(name).whole_sequence_kv)
         raise ConfigError(

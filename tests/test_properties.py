@@ -51,7 +51,7 @@ CLOSED_LOOP = {
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     requests = sorted(draw(requests_strategy))
     horizon = draw(st.one_of(st.none(), st.floats(1, 60)))
-    policy = draw(st.sampled_from(["static", "continuous", "vllm", "chunked_prefill"]))
+    policy = draw(st.sampled_from(["static", "continuous", "vllm_v0", "chunked_prefill", "vllm_v1"]))
     scheduler: dict[str, Any] = {
         "policy": policy,
         "max_num_seqs": draw(st.integers(1, 8)),
@@ -122,6 +122,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
 def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
     """Turn the drawn ``_prefix`` into a shared system prompt with prefix caching (paged blocks only)."""
     raw = {**raw}
+    if raw["scheduler"]["policy"] == "vllm_v1":  # paged blocks, recompute only
+        raw["kv"] = {**raw["kv"], "allocator": "paged", "preemption": "recompute"}
     shared = raw.pop("_prefix", 0)
     if raw.pop("_closed_loop", False):  # users sending back to back, each a session (affinity keys)
         raw["workload"] = {"tenants": [*raw["workload"]["tenants"], CLOSED_LOOP]}

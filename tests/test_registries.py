@@ -49,7 +49,7 @@ def test_batching_policies_are_what_the_scheduler_accepts() -> None:
     for name in POLICIES.names():
         assert config.Scheduler(policy=name).policy == name
         assert POLICIES.get(name).kind == name
-    with pytest.raises(ValueError, match="unknown policy 'vlm' \\(did you mean 'vllm'\\?\\)"):
+    with pytest.raises(ValueError, match="unknown policy 'vlm' \\(did you mean 'vllm_v1'\\?\\)"):
         config.Scheduler(policy="vlm")
 
 

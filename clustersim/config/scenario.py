@@ -230,6 +230,11 @@ class Scheduler(StrictModel):
     @field_validator("policy")
     @classmethod
     def _known_policy(cls, policy: str) -> str:
+        if policy == "vllm":
+            raise ValueError(
+                "'vllm' is ambiguous: use vllm_v1 (today's vLLM: one token budget, chunked prefill, KV per chunk) "
+                "or vllm_v0 (vLLM <= 0.6: prefill-only steps that pause the decodes)"
+            )
         if policy not in POLICIES:
             known = ", ".join(POLICIES.names())
             raise ValueError(f"unknown policy '{policy}'{did_you_mean(policy, POLICIES.names())}; known: {known}")

@@ -122,11 +122,35 @@ class KVManager:
             free += self.prefix.num_evictable_blocks - self.prefix.evictable_blocks_among(hit or [])
         return free
 
-    def admit(self, seq: KVSequence, hit: list[Segment], first_admission: bool) -> None:
-        """Give an admitted sequence its blocks; with prefix caching it pins ``hit`` and evicts unused
-        cached segments if the free blocks alone do not cover its own."""
+    def prefill_blocks(self, cached_tokens: int, computed_tokens: int) -> int:
+        """Blocks a prefilling sequence holds once ``computed_tokens`` of its prompt (after its
+        ``cached_tokens``) are computed: per-chunk allocation (vLLM V1 ``allocate_slots``)."""
+        bs = self.block_size_tokens
+        return blocks_for_tokens(cached_tokens + computed_tokens, bs) - cached_tokens // bs
+
+    def growth_free(self) -> int:
+        """Blocks a running sequence may grow into: the free ones plus unused cached prefix blocks
+        (no watermark: it only holds back admissions)."""
+        free = self.pool.num_free_blocks
+        return free + self.prefix.num_evictable_blocks if self.prefix is not None else free
+
+    def extend_prefill(self, seq: KVSequence, num_blocks: int) -> None:
+        """A prefilling sequence takes ``num_blocks`` more for its next chunk (at most :meth:`growth_free`)."""
+        self._take(num_blocks)
+        seq.reserved_blocks += num_blocks
+
+    def _take(self, num_blocks: int) -> None:
+        if self.prefix is not None and num_blocks > self.pool.num_free_blocks:
+            self.pool.free(self.prefix.evict(num_blocks - self.pool.num_free_blocks))
+        self.pool.allocate(num_blocks)
+
+    def admit(self, seq: KVSequence, hit: list[Segment], first_admission: bool, num_blocks: int = -1) -> None:
+        """Give an admitted sequence its blocks (``num_blocks``, or by the reservation rule when
+        negative); with prefix caching it pins ``hit`` and evicts unused cached segments if the free
+        blocks alone do not cover its own."""
         request = seq.request
-        num_blocks = blocks_to_admit(request, self.reserve, seq.cached_tokens)
+        if num_blocks < 0:
+            num_blocks = blocks_to_admit(request, self.reserve, seq.cached_tokens)
         if self.prefix is not None:
             self.prefix.acquire(hit)
             if num_blocks > self.pool.num_free_blocks:

@@ -55,12 +55,14 @@ class Builder:
         "includes_decodes",
         "now_s",
         "num_preempted",
+        "per_chunk",
         "num_swapped_out",
         "swap_blocks",
     )
 
     def __init__(self, core: Core) -> None:
         self._core = core
+        self.per_chunk = core.policy.kv_per_chunk  # prompts take KV blocks chunk by chunk (vLLM V1)
         self.reset(0.0)
 
     def reset(self, now_s: float) -> None:
@@ -124,18 +126,47 @@ class Builder:
             core.kv.swap_in(seat, need, host_blocks, self.decode_index)
 
     def continue_prefills(self) -> None:
-        """Give started prompts their next chunks, in admission order, within the token budget."""
+        """Give started prompts their next chunks, in admission order, within the token budget.
+
+        With per-chunk KV allocation each chunk first takes its blocks; when they run short the
+        newest prefilling sequence is preempted (recomputed later), and if that is the sequence
+        itself no later chunk is scheduled (vLLM V1 ``Scheduler.schedule``: ``running.pop()``, then
+        ``break``). Decoding sequences are never preempted here: their tokens of this step are
+        already placed.
+        """
         prefilling = self._core.seats.prefilling
         if not prefilling:
             return
         tokens_left = self._tokens_left()
-        for seat in prefilling.values():
+        for seat in list(prefilling.values()) if self.per_chunk else prefilling.values():
             if tokens_left <= 0:
                 break
+            if not seat.alive:
+                continue
             chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
+            if self.per_chunk and not self._blocks_for_chunk(seat, chunk):
+                break
             self.chunks.append((seat, chunk))
             self.chunk_tokens += chunk
             tokens_left -= chunk
+
+    def _blocks_for_chunk(self, seat: Seat, chunk: int) -> bool:
+        """Take the blocks ``seat``'s next chunk needs, preempting newer prefilling sequences while
+        they are short; False if ``seat`` itself had to go."""
+        core = self._core
+        kv = core.kv
+        need = kv.prefill_blocks(seat.cached_tokens, seat.done_tokens + chunk) - seat.reserved_blocks
+        while need > kv.growth_free():
+            victim = core.seats.newest()
+            if victim.decoding:  # nothing newer is prefilling: wait for blocks to free up
+                return False
+            core.preempt(victim, self.decode_index)
+            self.num_preempted += 1
+            if victim is seat:
+                return False
+        if need > 0:
+            kv.extend_prefill(seat, need)
+        return True
 
     def admission_closed(self) -> bool:
         """No waiting head can be admitted, whichever it is: every seat is taken, or swapped
@@ -157,16 +188,21 @@ class Builder:
         caching = kv.prefix is not None
         hit: list[Segment] = []
         cached = 0
+        per_chunk = self.per_chunk
         while head is not None and num_admitted != max_admitted:
             if caching:
                 hit, cached = kv.prefix_hit(head)
-            needed = kv.blocks_to_admit(head, cached)
+            if per_chunk:  # blocks for the first chunk only
+                chunk = min(prefill_tokens_of(head) - cached, tokens_left)
+                needed = kv.prefill_blocks(cached, chunk)
+            else:
+                needed = kv.blocks_to_admit(head, cached)
             first = not self.chunks
             if not admits(
                 head, max_seqs - len(seats), tokens_left, needed, kv.admission_free(hit), first, chunked, cached
             ):
                 break
-            seat = core.seat(core.pop_head(), hit, cached, self.now_s)
+            seat = core.seat(core.pop_head(), hit, cached, self.now_s, needed if per_chunk else -1)
             chunk = min(seat.prefill_tokens, tokens_left) if chunked else seat.prefill_tokens
             self.chunks.append((seat, chunk))
             self.chunk_tokens += chunk

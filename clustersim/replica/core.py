@@ -293,12 +293,13 @@ class Core:
             self.finish(seat, last_index, now_s)
 
     # ------------------------------------------------------------------ sequence lifecycle
-    def seat(self, request: Request, hit: list[Segment], cached: int, now_s: float) -> Seat:
-        """Give an admitted request a seat and its KV blocks; its prompt is prefilled from this step."""
+    def seat(self, request: Request, hit: list[Segment], cached: int, now_s: float, num_blocks: int = -1) -> Seat:
+        """Give an admitted request a seat and its KV blocks (``num_blocks``, or its whole reservation
+        when negative); its prompt is prefilled from this step."""
         first = request.first_scheduled_at_s != request.first_scheduled_at_s  # NaN: never scheduled
         seat = self.seats.add(request, prefill_tokens_of(request) - cached, cached)
         first_admission = first and request.num_emitted_tokens == 0
-        self.kv.admit(seat, hit, first_admission)
+        self.kv.admit(seat, hit, first_admission, num_blocks)
         if first_admission and self.kv.prefix is not None:
             request.num_cached_prompt_tokens = cached
         if first:

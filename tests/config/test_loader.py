@@ -89,7 +89,7 @@ def test_valid_scenario_is_frozen():
         ),
         (
             lambda r: r.update(scheduler={"policy": "fifo"}),
-            "bad.yaml: scheduler.policy: unknown policy 'fifo'; known: static, continuous, vllm, chunked_prefill",
+            "bad.yaml: scheduler.policy: unknown policy 'fifo'; known: static, continuous, vllm_v0, chunked_prefill, vllm_v1",
         ),
         (
             lambda r: r.update(cost={"kind": "unit", "step_time_s": "abc"}),

@@ -41,7 +41,7 @@ def _error(result_stderr: str) -> str:
             "prompt_tokens: 3, output_tokens: 3}]}}",
             "arrival_at_s: input should be a finite number",
         ),
-        ("scheduler={policy: vllm, max_num_seqs: 4, max_num_batched_tokens: 2}", "must be at least max_num_seqs"),
+        ("scheduler={policy: vllm_v0, max_num_seqs: 4, max_num_batched_tokens: 2}", "must be at least max_num_seqs"),
         ("seed=" + "[" * 3000 + "]" * 3000, "nested too deeply"),
     ],
 )

@@ -54,7 +54,7 @@ SCENARIOS = {
     "tp2-70b": variant(
         cluster={"num_replicas": 1, "hardware": "H100-SXM", "model": "Llama-3.1-70B", "tensor_parallel": 2}
     ),
-    "vllm": variant(scheduler__policy="vllm", kv__num_blocks=1500),
+    "vllm": variant(scheduler__policy="vllm_v0", kv__num_blocks=1500),
     "chunked-prefill": variant(scheduler__policy="chunked_prefill", scheduler__max_num_batched_tokens=512),
     "chunked-pressure": variant(
         scheduler__policy="chunked_prefill", scheduler__max_num_batched_tokens=1024, kv__num_blocks=900
@@ -72,7 +72,7 @@ SCENARIOS = {
     ),
     "watermark": variant(kv__num_blocks=900, kv__watermark_frac=0.05),
     "swap": variant(kv__num_blocks=900, kv__preemption="swap"),
-    "swap-vllm": variant(kv__num_blocks=900, kv__preemption="swap", scheduler__policy="vllm"),
+    "swap-vllm": variant(kv__num_blocks=900, kv__preemption="swap", scheduler__policy="vllm_v0"),
     "horizon": variant(stop={"horizon_s": 6.0}),
     "horizon-pressure": variant(stop={"horizon_s": 8.0}, kv__num_blocks=700),
     "unit-boundaries": explicit_scenario(

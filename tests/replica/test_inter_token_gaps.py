@@ -23,7 +23,7 @@ def gaps_of(result) -> dict[float, int]:
 def test_a_prefill_only_step_pauses_the_decodes(run_mapping, fast_forward: bool) -> None:
     # A: prefill [0,1] (token 1 at 1), decodes end at 2, 3; B arrives at 2.5 and vllm (V0) runs its
     # prefill alone in [3,4] (B's token 1 at 4) while A waits; both decode at 5 and 6.
-    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm", simulation={"fast_forward": fast_forward})
+    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm_v0", simulation={"fast_forward": fast_forward})
     result = run_mapping(raw)
     a, b = read_requests(result)
     assert a["finished_at_s"] == 6.0 and b["finished_at_s"] == 6.0
@@ -68,7 +68,7 @@ def test_a_recomputed_request_sees_the_gap_of_its_preemption(run_mapping, fast_f
 
 
 def test_itl_slo_per_request_and_at_a_percentile(run_mapping) -> None:
-    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm", slo={"itl_s": 1.5, "percentile": 50})
+    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm_v0", slo={"itl_s": 1.5, "percentile": 50})
     slo = run_mapping(raw).summary["slo"]
     assert slo["num_met"] == 1  # A's 2 s gap misses; B's gaps are all 1 s
     assert slo["percentile_values"]["itl_s"] == 1.0 and slo["percentile_met"] is True

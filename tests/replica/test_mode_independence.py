@@ -39,7 +39,7 @@ def test_a_preempted_request_is_readmitted_at_the_next_boundary_with_prefix_cach
     # at the next boundary; the fast path used to keep it waiting until the decode run ended
     raw = explicit_scenario(
         [(0.0, 300, 117), (0.0, 172, 117), (0.5, 144, 117)],
-        policy="vllm",
+        policy="vllm_v0",
         scheduler={"max_num_seqs": 2},
         kv={"num_blocks": 30, "prefix_caching": True, "prefix_block_tokens": 16},
     )

@@ -18,7 +18,7 @@ def admission_order(result) -> list[int]:
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_vllm_pauses_decodes_for_a_prefill_step(run_mapping, fast_forward):
     # B arrives at 2.5; at t=3 a prefill-only step runs B while A waits one step
-    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm", simulation={"fast_forward": fast_forward})
+    raw = explicit_scenario([(0.0, 8, 5), (2.5, 8, 3)], policy="vllm_v0", simulation={"fast_forward": fast_forward})
     result = run_mapping(raw)
     assert times(result) == [(0.0, 1.0, 6.0), (3.0, 4.0, 6.0)]
     steps = [(s["started_at_s"], s["num_decode_tokens"], s["num_prefill_tokens"]) for s in read_steps(result)]
@@ -137,3 +137,55 @@ def test_slo_admission_defers_behind_requests_that_can_still_make_it(run_mapping
 def test_slo_admission_needs_a_target(run_mapping):
     with pytest.raises(Exception, match=r"scheduler\.slo_admission: 'shed' needs a TTFT target"):
         run_mapping(explicit_scenario([(0.0, 8, 2)], scheduler={"slo_admission": "shed"}))
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_vllm_v1_takes_blocks_per_chunk_so_a_prompt_starts_sooner(run_mapping, fast_forward):
+    # blocks of 4 tokens, 5 of them; A (8 tokens) holds 2 and grows a 3rd at its decode step (t=1),
+    # leaving 2 free. B's 12-token prompt needs 3 blocks whole but 2 for its first chunk (7 tokens)
+    requests = [(0.0, 8, 2), (0.0, 12, 1)]
+    common = {
+        "scheduler": {"max_num_batched_tokens": 8},
+        "kv": {"block_size_tokens": 4, "num_blocks": 5},
+        "simulation": {"fast_forward": fast_forward},
+    }
+    chunked = run_mapping(explicit_scenario(requests, policy="chunked_prefill", **common))
+    v1 = run_mapping(explicit_scenario(requests, policy="vllm_v1", **common))
+    assert times(chunked) == [(0.0, 1.0, 2.0), (2.0, 4.0, 4.0)]  # B waits for A's blocks
+    assert times(v1) == [(0.0, 1.0, 2.0), (1.0, 3.0, 3.0)]  # chunks of 7 (t=1) and 5 (t=2)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_vllm_v1_preempts_a_half_prefilled_prompt_and_admits_nothing_that_step(run_mapping, fast_forward):
+    # 4 blocks of 4 tokens. t=0: A (4 tokens) and B's first chunk (4) take a block each. t=1: A's
+    # decode grows a block (1 free), B's next chunk of 7 needs 2: B (the newest) is preempted and,
+    # as in vLLM V1, nothing is admitted in that step, not even B again
+    raw = explicit_scenario(
+        [(0.0, 4, 9), (0.0, 12, 1)],
+        policy="vllm_v1",
+        scheduler={"max_num_batched_tokens": 8},
+        kv={"block_size_tokens": 4, "num_blocks": 4},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    steps = [
+        (s["started_at_s"], s["num_prefill_tokens"], s["num_decode_tokens"], s["num_preemptions"])
+        for s in read_steps(result)
+    ]
+    assert steps[:3] == [(0.0, 8, 0, 0), (1.0, 0, 1, 1), (2.0, 7, 1, 0)]
+    rows = read_requests(result)
+    assert [r["status"] for r in rows] == ["completed", "completed"]
+    assert rows[1]["num_preemptions"] >= 1
+    assert rows[1]["first_scheduled_at_s"] == 0.0
+
+
+def test_vllm_policy_name_is_ambiguous(run_mapping):
+    with pytest.raises(Exception, match="'vllm' is ambiguous: use vllm_v1"):
+        run_mapping(explicit_scenario([(0.0, 8, 3)], policy="vllm"))
+
+
+def test_vllm_v1_needs_paged_recompute(run_mapping):
+    with pytest.raises(Exception, match="vllm_v1 preempts by recompute only"):
+        run_mapping(explicit_scenario([(0.0, 8, 3)], policy="vllm_v1", kv={"preemption": "swap"}))
+    with pytest.raises(Exception, match="needs allocator: paged"):
+        run_mapping(explicit_scenario([(0.0, 8, 3)], policy="vllm_v1", kv={"allocator": "contiguous"}))

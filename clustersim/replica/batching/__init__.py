@@ -13,6 +13,7 @@ from clustersim.replica.batching.chunked_prefill import ChunkedPrefill
 from clustersim.replica.batching.continuous import Continuous
 from clustersim.replica.batching.static import Static
 from clustersim.replica.batching.vllm_v0 import VllmV0
+from clustersim.replica.batching.vllm_v1 import VllmV1
 
 POLICIES: Registry[type[BatchingPolicy]] = Registry(
     "batching policy",
@@ -21,6 +22,7 @@ POLICIES: Registry[type[BatchingPolicy]] = Registry(
         (Continuous.kind, Continuous),
         (VllmV0.kind, VllmV0),
         (ChunkedPrefill.kind, ChunkedPrefill),
+        (VllmV1.kind, VllmV1),
     ],
 )
 

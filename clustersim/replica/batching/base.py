@@ -45,6 +45,11 @@ class StepBuilder(Protocol):
         ...
 
     @property
+    def num_preempted(self) -> int:
+        """Sequences preempted while composing this step."""
+        ...
+
+    @property
     def num_waiting(self) -> int:
         """Requests in the waiting queue (deferred ones excluded)."""
         ...
@@ -74,13 +79,15 @@ class BatchingPolicy(Protocol):
 
     ``whole_sequence_kv``: sequences reserve KV for prompt + output on admission (no growth, no
     preemption). ``chunks_prompts``: prompts longer than the token budget are split, so they are
-    never refused for their length. ``holds``: an idle replica may wait before planning
-    (:meth:`hold_until_s`).
+    never refused for their length. ``kv_per_chunk``: a prompt takes KV blocks for each chunk as it
+    is scheduled rather than for the whole prompt on admission. ``holds``: an idle replica may wait
+    before planning (:meth:`hold_until_s`).
     """
 
     kind: ClassVar[str]
     whole_sequence_kv: ClassVar[bool]
     chunks_prompts: ClassVar[bool]
+    kv_per_chunk: ClassVar[bool]
     holds: ClassVar[bool]  # whether hold_until_s may ever hold
 
     @classmethod
@@ -102,6 +109,7 @@ class PolicyBase:
     kind: ClassVar[str] = ""
     whole_sequence_kv: ClassVar[bool] = False
     chunks_prompts: ClassVar[bool] = False
+    kv_per_chunk: ClassVar[bool] = False
     holds: ClassVar[bool] = False
 
     @classmethod

@@ -11,7 +11,7 @@ from clustersim.replica.batching.base import PolicyBase, StepBuilder
 
 
 class VllmV0(PolicyBase):
-    kind = "vllm"
+    kind = "vllm_v0"
 
     def plan(self, step: StepBuilder) -> None:
         step.admit(chunked=False)
