@@ -136,8 +136,14 @@ class ModelProfile(_Physical):
 class EngineProfile(_Physical):
     """What a serving engine adds to every step on top of the GPU kernels.
 
-    A step pays ``step_overhead_s + num_seqs x per_seq_overhead_s + num_layers x launch overhead
-    (CUDA-graph or eager) + num_sampled_seqs x sampling_per_seq_s``.
+    The host (CPU) time of a step is ``step_overhead_s + num_seqs x (per_seq_overhead_s +
+    sampling_per_seq_s) + num_layers x launch overhead (CUDA-graph or eager)``. An engine that
+    schedules the next step while the GPU runs this one (vLLM V1 async scheduling, SGLang's overlap
+    scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
+    GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
+    latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency.
+    ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used
+    where the scenario leaves a field unset.
     """
 
     name: str
@@ -148,3 +154,5 @@ class EngineProfile(_Physical):
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None
     sampling_per_seq_s: Cited[float] | None = None
+    host_overlap_frac: Cited[float] | None = None
+    all_reduce_latency_s: Cited[float] | None = None

@@ -41,21 +41,33 @@ class StepBatch(NamedTuple):
 class DecodeStepShape:
     """A pure-decode step's duration as a function of the total context ``C`` its sequences attend to.
 
-    ``duration_s(C) = fixed_s + sum over pieces (a, b, c, d) of max(a + b*C, c + d*C)``
+    ``duration_s(C) = max(floor_s, fixed_s + sum over pieces (a, b, c, d) of max(a + b*C, c + d*C))``
 
     Each piece is one roofline op whose compute and memory times are both affine in ``C`` (for a
-    fixed number of sequences). Runs of decode steps whose context grows by the batch size each
-    step can then be summed in closed form (:mod:`clustersim.cost.runs`).
+    fixed number of sequences), with slopes ``b, d >= 0``, so the sum never decreases in ``C``.
+    ``floor_s`` is the host time of an engine that overlaps it with the GPU (0: none): a step never
+    takes less. Runs of decode steps whose context grows by the batch size each step can then be
+    summed in closed form (:mod:`clustersim.cost.runs`): the leading steps below the floor take
+    the floor, the rest the sum.
     """
 
     fixed_s: float
     pieces: tuple[tuple[float, float, float, float], ...] = ()
+    floor_s: float = 0.0
+
+    def kernels_s(self, context_tokens: float) -> float:
+        """The duration without the floor."""
+        total = self.fixed_s
+        for a, b, c, d in self.pieces:
+            total += max(a + b * context_tokens, c + d * context_tokens)
+        return total
 
     def duration_s(self, context_tokens: float) -> float:
         total = self.fixed_s
         for a, b, c, d in self.pieces:
             total += max(a + b * context_tokens, c + d * context_tokens)
-        return total
+        floor_s = self.floor_s
+        return total if total >= floor_s else floor_s
 
 
 class CostModel(Protocol):

@@ -25,8 +25,9 @@ the others idle (a bubble of ``(pp - 1) / pp`` of the GPU time). This is the lat
 micro-batch, not the throughput of a filled pipeline: it under-states PP throughput when an engine
 keeps ``pp`` batches in flight, and is exact for a replica that does not.
 
-Kernels run one after another (no overlap between groups); the engine overhead is added, not
-hidden behind GPU work.
+Kernels run one after another (no overlap between groups). The engine's host time is added to
+them, or, for an engine that prepares the next step while the GPU runs this one, partly hidden:
+``(1 - f) x host + max(f x host, kernels)`` with ``f`` its ``host_overlap_frac``.
 """
 
 from __future__ import annotations
@@ -181,7 +182,8 @@ def all_reduce_time_s(message_bytes: float, tensor_parallel: int, gpu: GpuSpec) 
         return 0.0
     ring_factor = 2.0 * (tensor_parallel - 1) / tensor_parallel
     bandwidth = gpu.interconnect_bandwidth_bytes_per_s * gpu.interconnect_efficiency_frac
-    return gpu.interconnect_latency_s + ring_factor * message_bytes / bandwidth
+    latency_s = gpu.engine.all_reduce_latency_s or gpu.interconnect_latency_s
+    return latency_s + ring_factor * message_bytes / bandwidth
 
 
 def send_recv_time_s(message_bytes: float, gpu: GpuSpec) -> float:
@@ -268,8 +270,19 @@ def price_step(
         ops.append(
             OpCost("pp_send_recv", 0.0, hops * message_bytes, hops * send_recv_time_s(message_bytes, gpu), "latency")
         )
-    ops.append(OpCost("overhead", 0.0, 0.0, engine_overhead_s(batch, model, gpu), "fixed"))
+    host_s = engine_overhead_s(batch, model, gpu)
+    overlap = gpu.engine.host_overlap_frac
+    if overlap > 0.0:  # the part of the host time the GPU work does not cover
+        gpu_s = sum(op.time_s for op in ops)
+        host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s - gpu_s)
+    ops.append(OpCost("overhead", 0.0, 0.0, host_s, "fixed"))
     return StepCost(sum(op.time_s for op in ops), tuple(ops))
+
+
+def overlapped_s(gpu_s: float, host_s: float, overlap_frac: float) -> float:
+    """A step of ``gpu_s`` kernel time and ``host_s`` host time when ``overlap_frac`` of the host
+    time runs while the GPU works: ``(1 - f) x host + max(f x host, gpu)``."""
+    return (1.0 - overlap_frac) * host_s + max(overlap_frac * host_s, gpu_s)
 
 
 def _merge(name: str, parts: Iterable[OpCost], bound: Bound | None = None) -> OpCost:
@@ -331,13 +344,15 @@ class RooflineCostModel:
             priced = self.price(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=num_seqs))
             lm_head_s = self._lm_head_s[num_seqs] = priced.op("lm_head").time_s
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
-        total = token_ops_s + lm_head_s + engine_overhead_s(batch, model, gpu)
+        overlap = gpu.engine.host_overlap_frac
+        host_s = engine_overhead_s(batch, model, gpu)
+        total = token_ops_s + lm_head_s + (host_s if overlap == 0.0 else 0.0)
         if batch.prefill_new_tokens:
             total += self._prefill_attention_s(batch.prefill_new_tokens, batch.prefill_context_tokens)
         if batch.num_decode_seqs:
             work = decode_attention_work(batch.num_decode_seqs, batch.decode_context_tokens, model, tp)
             total += model.num_layers * decode_attention_layer_time(work, batch.num_decode_seqs, gpu).time_s
-        return total
+        return total if overlap == 0.0 else overlapped_s(total, host_s, overlap)
 
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)
@@ -347,7 +362,17 @@ class RooflineCostModel:
         ``latency + max(compute(C), memory(C))`` with both affine in ``C`` for a fixed ``num_seqs``."""
         empty = self.price(StepBatch(num_decode_seqs=num_seqs))
         layers = self.model.num_layers
-        fixed_s = empty.duration_s - empty.op("attention_decode").time_s + layers * self.gpu.decode_attention_latency_s
+        overlap = self.gpu.engine.host_overlap_frac
+        floor_s = 0.0
+        if overlap == 0.0:
+            fixed_s = (
+                empty.duration_s - empty.op("attention_decode").time_s + layers * self.gpu.decode_attention_latency_s
+            )
+        else:  # (1 - f) x host + max(f x host, GPU) = max(host, (1 - f) x host + GPU): host time is the floor
+            host_s = engine_overhead_s(StepBatch(num_decode_seqs=num_seqs), self.model, self.gpu)
+            gpu_s = sum(op.time_s for op in empty.ops if op.name not in ("overhead", "attention_decode"))
+            fixed_s = (1.0 - overlap) * host_s + gpu_s + layers * self.gpu.decode_attention_latency_s
+            floor_s = host_s
         work0 = decode_attention_work(num_seqs, 0, self.model, self.tensor_parallel)
         work1 = decode_attention_work(num_seqs, 1, self.model, self.tensor_parallel)
         flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, self.gpu)
@@ -357,4 +382,4 @@ class RooflineCostModel:
             layers * work0.bytes / bytes_per_s,
             layers * (work1.bytes - work0.bytes) / bytes_per_s,
         )
-        return DecodeStepShape(fixed_s, (piece,))
+        return DecodeStepShape(fixed_s, (piece,), floor_s)

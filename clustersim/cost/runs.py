@@ -3,7 +3,9 @@
 Between two events that change a replica's batch, consecutive steps are pure decodes of the
 same ``n`` sequences whose total context grows by ``n`` each step. With the step duration
 ``fixed_s + sum(max(a + b*C, c + d*C))`` (a :class:`DecodeStepShape`), the duration of ``k``
-such steps is a sum of arithmetic series, split where each piece's max switches sides.
+such steps is a sum of arithmetic series, split where each piece's max switches sides. A shape
+with a floor (host time an engine overlaps with the GPU) takes the floor for the leading steps
+whose kernel time is below it, found by solving for the crossing and checked step by step.
 """
 
 from __future__ import annotations
@@ -63,8 +65,54 @@ def _piece_sum(piece: tuple[float, float, float, float], first_context: float, g
     )
 
 
+def floor_steps(shape: DecodeStepShape, first_context_tokens: float, growth_tokens: float, num_steps: int) -> int:
+    """How many leading steps of a run last the shape's floor: those whose kernel time is below it
+    (it never decreases along a run, so they come first). 0 without a floor."""
+    floor_s = shape.floor_s
+    if floor_s <= 0.0 or num_steps <= 0 or shape.kernels_s(first_context_tokens) >= floor_s:
+        return 0
+
+    def below(j: int) -> bool:
+        return shape.kernels_s(first_context_tokens + growth_tokens * j) < floor_s
+
+    if growth_tokens <= 0.0 or below(num_steps - 1):
+        return num_steps
+    guess = num_steps - 1
+    if len(shape.pieces) == 1:  # solve each side of the one piece for the crossing, then check
+        a, b, c, d = shape.pieces[0]
+        need = floor_s - shape.fixed_s
+        crossing = min((need - a) / b if b > 0 else math.inf, (need - c) / d if d > 0 else math.inf)
+        guess = min(max(math.ceil((crossing - first_context_tokens) / growth_tokens), 1), num_steps - 1)
+    low, high = 0, num_steps - 1  # below(low), not below(high): the answer is the first j not below
+    if below(guess):
+        low = guess
+    else:
+        high = guess
+        if below(guess - 1):
+            return guess
+    while high - low > 1:
+        middle = (low + high) // 2
+        if below(middle):
+            low = middle
+        else:
+            high = middle
+    return high
+
+
 def run_duration_s(shape: DecodeStepShape, first_context_tokens: float, growth_tokens: float, num_steps: int) -> float:
     """Duration of ``num_steps`` decode steps; step j attends to ``first_context + j * growth`` tokens."""
+    if num_steps <= 0:
+        return 0.0
+    if shape.floor_s > 0.0:
+        floored = floor_steps(shape, first_context_tokens, growth_tokens, num_steps)
+        if floored:
+            rest = num_steps - floored
+            rest_s = _kernels_run_s(shape, first_context_tokens + growth_tokens * floored, growth_tokens, rest)
+            return floored * shape.floor_s + rest_s
+    return _kernels_run_s(shape, first_context_tokens, growth_tokens, num_steps)
+
+
+def _kernels_run_s(shape: DecodeStepShape, first_context_tokens: float, growth_tokens: float, num_steps: int) -> float:
     if num_steps <= 0:
         return 0.0
     total = num_steps * shape.fixed_s
@@ -100,6 +148,17 @@ def step_ranges(
 ) -> list[tuple[int, int, float, float]]:
     """Step ``j`` of the run lasts the sum, over the ranges ``(j0, j1, alpha, beta)`` with
     ``j0 <= j < j1``, of ``alpha + beta * j`` (the same split as :func:`run_duration_s`)."""
+    floored = floor_steps(shape, first_context_tokens, growth_tokens, num_steps)
+    if floored:  # the floor, then the kernel ranges of the rest, shifted by the floored steps
+        rest = _kernel_ranges(shape, first_context_tokens + growth_tokens * floored, growth_tokens, num_steps - floored)
+        shifted = [(j0 + floored, j1 + floored, alpha - beta * floored, beta) for j0, j1, alpha, beta in rest]
+        return [(0, floored, shape.floor_s, 0.0), *shifted]
+    return _kernel_ranges(shape, first_context_tokens, growth_tokens, num_steps)
+
+
+def _kernel_ranges(
+    shape: DecodeStepShape, first_context_tokens: float, growth_tokens: float, num_steps: int
+) -> list[tuple[int, int, float, float]]:
     ranges = [(0, num_steps, shape.fixed_s, 0.0)]
     for piece in shape.pieces:
         a, b, c, d = piece
@@ -164,7 +223,7 @@ def run_integrals(
     period = len(blocks)
     # sum_j dur_j * j = (K - 1) T(K) - sum_{s=1}^{K-1} T(s);  sum_j dur_j * G_j = sum_{s=1}^{K-1} g(s) (T(K) - T(s))
     if num_steps <= period + 1:  # each boundary once, step by step
-        fixed_s, pieces = shape.fixed_s, shape.pieces
+        fixed_s, pieces, floor_s = shape.fixed_s, shape.pieces, shape.floor_s
         time_s = index_sum = weighted_s = 0.0
         grown = 0
         for j in range(num_steps):
@@ -173,6 +232,8 @@ def run_integrals(
             for a, b, c, d in pieces:
                 first, second = a + b * context, c + d * context
                 duration_s += first if first >= second else second
+            if duration_s < floor_s:
+                duration_s = floor_s
             time_s += duration_s
             index_sum += j * duration_s
             if j:

@@ -55,8 +55,8 @@ class Builder:
         "includes_decodes",
         "now_s",
         "num_preempted",
-        "per_chunk",
         "num_swapped_out",
+        "per_chunk",
         "swap_blocks",
     )
 

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
-from clustersim.cost.roofline import all_reduce_time_s, blend_s, engine_overhead_s, send_recv_time_s
+from clustersim.cost.roofline import (
+    all_reduce_time_s,
+    blend_s,
+    engine_overhead_s,
+    overlapped_s,
+    send_recv_time_s,
+)
 
 # Toy model: 2 layers, d=8, 2 query heads and 1 KV head of dim 4, gated MLP of 16, vocab 10, 2-byte weights.
 TOY = ModelShape(
@@ -232,6 +238,28 @@ def test_engine_overheads():
     assert engine_overhead_s(mixed, TOY, gpu) == pytest.approx(0.25 + 2 * 0.03 + 2 * 0.1)
 
 
+def test_overlapped_host_time_by_hand():
+    # f = 0.75 of 4 ms host time can hide: GPU 1 ms -> 1 + 3 = 4 ms (host-bound); GPU 10 ms -> 1 + 10 ms
+    assert overlapped_s(1e-3, 4e-3, 0.75) == pytest.approx(4e-3)
+    assert overlapped_s(10e-3, 4e-3, 0.75) == pytest.approx(11e-3)
+    assert overlapped_s(10e-3, 4e-3, 1.0) == pytest.approx(10e-3)  # fully hidden: max(host, GPU)
+
+
+def test_overlap_shows_as_the_visible_overhead_in_the_breakdown():
+    gpu = replace(GPU, step_overhead_s=1000.0, engine=EngineSpec(host_overlap_frac=0.5))
+    priced = price_step(StepBatch(num_decode_seqs=2, decode_context_tokens=20), TOY, gpu, 1)
+    kernels_s = sum(op.time_s for op in priced.ops if op.name != "overhead")
+    assert kernels_s < 500  # the toy's kernels (~107 s) take less than the 500 s that can hide
+    assert priced.op("overhead").time_s == pytest.approx(1000.0 - kernels_s)  # the step takes the host time
+    assert priced.duration_s == pytest.approx(1000.0)
+
+
+def test_engine_all_reduce_latency_replaces_the_link_latency():
+    engine_gpu = replace(GPU, engine=EngineSpec(all_reduce_latency_s=1e-6))
+    assert all_reduce_time_s(0.0, 2, engine_gpu) == pytest.approx(1e-6)
+    assert all_reduce_time_s(0.0, 2, GPU) == pytest.approx(GPU.interconnect_latency_s)
+
+
 def test_linear_layers_turn_compute_bound_with_many_tokens():
     catalogue = Catalogue.builtin()
     model = ModelShape.from_profile(catalogue.model("Llama-3.1-8B"))
@@ -281,6 +309,18 @@ SHAPE_CASES = {
     "toy": lambda tp: RooflineCostModel(TOY, GPU, tp),
     "toy-moe": lambda tp: RooflineCostModel(MOE, GPU, tp),
     "toy-mla": lambda tp: RooflineCostModel(MLA, GPU, tp),
+    # an engine that hides 80% of its host time (2 ms + 0.1 ms per sequence) under the kernels
+    "toy-overlap": lambda tp: RooflineCostModel(
+        TOY, replace(GPU, step_overhead_s=2e-3, engine=EngineSpec(per_seq_overhead_s=1e-4, host_overlap_frac=0.8)), tp
+    ),
+    "llama8b-overlap": lambda tp: RooflineCostModel(
+        _catalogue_model("Llama-3.1-8B", "H100-SXM", tp).model,
+        replace(
+            _catalogue_model("Llama-3.1-8B", "H100-SXM", tp).gpu,
+            engine=EngineSpec(per_seq_overhead_s=3e-5, host_overlap_frac=1.0),
+        ),
+        tp,
+    ),
 }
 
 
