@@ -252,6 +252,7 @@ class EngineSpec:
     launch_overhead_per_layer_graph_s: float = 0.0
     cuda_graph_max_seqs: int = 0
     sampling_per_seq_s: float = 0.0
+    cuda_graph_mixed_steps: bool = False  # piecewise graphs: steps of up to cuda_graph_max_seqs tokens
     host_overlap_frac: float = 0.0  # of the host time, what runs while the GPU works (0: all of it in series)
     all_reduce_latency_s: float = 0.0  # the engine's own all-reduce kernels (0: the GPU profile's link latency)
 
@@ -267,6 +268,7 @@ class EngineSpec:
             launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
             sampling_per_seq_s=opt(engine.sampling_per_seq_s),
+            cuda_graph_mixed_steps=bool(engine.cuda_graph_mixed_steps and engine.cuda_graph_mixed_steps.value),
             host_overlap_frac=opt(engine.host_overlap_frac),
             all_reduce_latency_s=opt(engine.all_reduce_latency_s),
         )

@@ -25,6 +25,7 @@ from clustersim.architecture import (
 )
 from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.engine_defaults import with_engine_defaults
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
@@ -103,8 +104,9 @@ class RunPlan:
 
 def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunPlan:
     """Resolve and check a loaded scenario against the catalogue (the built-in one by default)."""
-    scenario, source = loaded.scenario, loaded.source
+    source = loaded.source
     catalogue = dataclasses.replace(catalogue or Catalogue.builtin(), base_dir=loaded.base_dir)
+    scenario = effective_scenario(loaded.scenario, source, catalogue)
     policy = POLICIES.get(scenario.scheduler.policy)
     ttft_targets = ttft_targets_s(scenario)
     _check_scheduler(scenario, source, policy, ttft_targets)
@@ -123,6 +125,16 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
         tenant_slos={tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         priorities={tenant.name: tenant.priority for tenant in scenario.workload.tenants},
     )
+
+
+def effective_scenario(scenario: Scenario, source: str, catalogue: Catalogue) -> Scenario:
+    """The scenario with its cluster engine's scheduler and KV defaults where it sets nothing itself."""
+    engine = catalogue.engine(scenario.cluster.engine, source)
+    hardware = catalogue.hardware(scenario.cluster.hardware, source)
+    try:
+        return with_engine_defaults(scenario, engine, hardware)
+    except ValueError as exc:
+        raise ConfigError(source, "scheduler", str(exc)) from None
 
 
 def _check_scheduler(

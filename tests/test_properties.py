@@ -51,7 +51,19 @@ CLOSED_LOOP = {
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     requests = sorted(draw(requests_strategy))
     horizon = draw(st.one_of(st.none(), st.floats(1, 60)))
-    policy = draw(st.sampled_from(["static", "continuous", "vllm_v0", "chunked_prefill", "vllm_v1"]))
+    policy = draw(
+        st.sampled_from(
+            [
+                "static",
+                "continuous",
+                "vllm_v0",
+                "chunked_prefill",
+                "vllm_v1",
+                "trtllm_no_evict",
+                "trtllm_no_evict_chunked",
+            ]
+        )
+    )
     scheduler: dict[str, Any] = {
         "policy": policy,
         "max_num_seqs": draw(st.integers(1, 8)),
@@ -128,7 +140,8 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
     if raw.pop("_closed_loop", False):  # users sending back to back, each a session (affinity keys)
         raw["workload"] = {"tenants": [*raw["workload"]["tenants"], CLOSED_LOOP]}
         raw["stop"] = {**raw["stop"], "max_requests": 40}
-    if shared and raw["kv"]["allocator"] == "paged" and raw["scheduler"]["policy"] != "static":
+    whole_sequence = raw["scheduler"]["policy"] in ("static", "trtllm_no_evict", "trtllm_no_evict_chunked")
+    if shared and raw["kv"]["allocator"] == "paged" and not whole_sequence:
         raw["kv"] = {
             **raw["kv"],
             "prefix_caching": True,

@@ -133,6 +133,22 @@ class ModelProfile(_Physical):
         return self
 
 
+class EngineSchedulerDefaults(StrictModel):
+    """An engine's defaults for the scenario's ``scheduler`` section."""
+
+    policy: Cited[str] | None = None
+    max_num_seqs: Cited[int] | None = None
+    max_num_batched_tokens: Cited[int] | None = None
+
+
+class EngineKVDefaults(StrictModel):
+    """An engine's defaults for the scenario's ``kv`` section."""
+
+    prefix_caching: Cited[bool] | None = None
+    watermark_frac: Cited[float] | None = None
+    block_size_tokens: Cited[int] | None = None
+
+
 class EngineProfile(_Physical):
     """What a serving engine adds to every step on top of the GPU kernels.
 
@@ -142,8 +158,11 @@ class EngineProfile(_Physical):
     scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
     GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
     latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency.
-    ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used
-    where the scenario leaves a field unset.
+    ``cuda_graph_mixed_steps``: CUDA graphs also cover steps with prompt tokens, up to
+    ``cuda_graph_max_seqs`` tokens in all (piecewise graphs, vLLM V1); otherwise only pure-decode
+    steps of up to that many sequences replay a graph. ``scheduler`` and ``kv``: the engine's
+    defaults for the scenario sections of those names, used where the scenario leaves a field unset
+    (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
 
     name: str
@@ -154,5 +173,9 @@ class EngineProfile(_Physical):
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None
     sampling_per_seq_s: Cited[float] | None = None
+    cuda_graph_mixed_steps: Cited[bool] | None = None
     host_overlap_frac: Cited[float] | None = None
     all_reduce_latency_s: Cited[float] | None = None
+    scheduler: EngineSchedulerDefaults | None = None
+    scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
+    kv: EngineKVDefaults | None = None

@@ -196,10 +196,14 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     """CPU and launch time the engine adds to a step.
 
     Pure-decode steps of at most ``cuda_graph_max_seqs`` sequences replay a captured CUDA graph
-    (cheap launches); other steps launch every kernel eagerly. Every sequence samples one token.
+    (cheap launches), or with piecewise graphs any step of at most that many tokens; other steps
+    launch every kernel eagerly. Every sequence samples one token.
     """
     engine = gpu.engine
-    graphed = not batch.prefill_new_tokens and 0 < batch.num_decode_seqs <= engine.cuda_graph_max_seqs
+    if engine.cuda_graph_mixed_steps:  # piecewise graphs, keyed by the step's tokens
+        graphed = 0 < batch.num_tokens <= engine.cuda_graph_max_seqs
+    else:
+        graphed = not batch.prefill_new_tokens and 0 < batch.num_decode_seqs <= engine.cuda_graph_max_seqs
     launch_s = engine.launch_overhead_per_layer_graph_s if graphed else engine.launch_overhead_per_layer_eager_s
     return (
         gpu.step_overhead_s

@@ -189,3 +189,19 @@ def test_vllm_v1_needs_paged_recompute(run_mapping):
         run_mapping(explicit_scenario([(0.0, 8, 3)], policy="vllm_v1", kv={"preemption": "swap"}))
     with pytest.raises(Exception, match="needs allocator: paged"):
         run_mapping(explicit_scenario([(0.0, 8, 3)], policy="vllm_v1", kv={"allocator": "contiguous"}))
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_trtllm_no_evict_admits_only_what_can_finish(run_mapping, fast_forward):
+    # blocks of 4 tokens, 6 of them. A reserves prompt + output (8 + 8 - 1 = 15 tokens: 4 blocks);
+    # B (4 + 8 - 1 = 11: 3 blocks) would fit its prompt now but not its whole output: it waits for A
+    requests = [(0.0, 8, 9), (0.0, 4, 8)]
+    common = {"kv": {"block_size_tokens": 4, "num_blocks": 6}, "simulation": {"fast_forward": fast_forward}}
+    no_evict = run_mapping(explicit_scenario(requests, policy="trtllm_no_evict", **common))
+    assert times(no_evict) == [(0.0, 1.0, 9.0), (9.0, 10.0, 17.0)]
+    assert all(r["num_preemptions"] == 0 for r in read_requests(no_evict))
+    # MAX_UTILIZATION starts both and pauses (recomputes) the newer when blocks run out
+    packed = run_mapping(explicit_scenario(requests, policy="trtllm_max_utilization", **common))
+    rows = read_requests(packed)
+    assert rows[1]["first_scheduled_at_s"] == 0.0
+    assert sum(r["num_preemptions"] for r in rows) >= 1

@@ -12,6 +12,12 @@ from clustersim.replica.batching.base import BatchingPolicy, PolicyBase, StepBui
 from clustersim.replica.batching.chunked_prefill import ChunkedPrefill
 from clustersim.replica.batching.continuous import Continuous
 from clustersim.replica.batching.static import Static
+from clustersim.replica.batching.trtllm import (
+    TrtllmMaxUtilization,
+    TrtllmMaxUtilizationChunked,
+    TrtllmNoEvict,
+    TrtllmNoEvictChunked,
+)
 from clustersim.replica.batching.vllm_v0 import VllmV0
 from clustersim.replica.batching.vllm_v1 import VllmV1
 
@@ -23,6 +29,10 @@ POLICIES: Registry[type[BatchingPolicy]] = Registry(
         (VllmV0.kind, VllmV0),
         (ChunkedPrefill.kind, ChunkedPrefill),
         (VllmV1.kind, VllmV1),
+        (TrtllmNoEvict.kind, TrtllmNoEvict),
+        (TrtllmNoEvictChunked.kind, TrtllmNoEvictChunked),
+        (TrtllmMaxUtilization.kind, TrtllmMaxUtilization),
+        (TrtllmMaxUtilizationChunked.kind, TrtllmMaxUtilizationChunked),
     ],
 )
 

@@ -1,0 +1,89 @@
+"""An engine's scheduler and KV defaults fill what a scenario leaves unset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import explicit_scenario
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.errors import ConfigError
+from clustersim.runplan import plan_run
+
+
+def planned(raw: dict[str, Any]) -> Any:
+    scenario = scenario_from_mapping(raw, "test.yaml")
+    return plan_run(LoadedScenario(scenario, "test.yaml", Path(".")), Catalogue.builtin()).scenario
+
+
+def bare(engine: str, hardware: str = "H100-SXM", **sections: Any) -> dict[str, Any]:
+    raw = explicit_scenario([(0.0, 8, 3)])
+    del raw["scheduler"], raw["kv"]
+    raw["cluster"] = {"hardware": hardware, "model": "Llama-3.1-8B", "engine": engine}
+    raw.update(sections)
+    return raw
+
+
+def test_vllm_v1_defaults_on_an_h100():
+    scenario = planned(bare("vllm-v1"))
+    assert (scenario.scheduler.policy, scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens) == (
+        "vllm_v1",
+        1024,
+        8192,
+    )
+    assert scenario.kv.prefix_caching and scenario.kv.watermark_frac == 0.0
+
+
+def test_vllm_is_v1_and_small_gpus_get_smaller_budgets():
+    scenario = planned(bare("vllm", hardware="A100-80GB"))
+    assert (scenario.scheduler.policy, scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens) == (
+        "vllm_v1",
+        256,
+        2048,
+    )
+
+
+def test_vllm_v0_and_trtllm_defaults():
+    v0 = planned(bare("vllm-v0.6"))
+    assert (v0.scheduler.policy, v0.scheduler.max_num_seqs, v0.kv.watermark_frac, v0.kv.prefix_caching) == (
+        "vllm_v0",
+        256,
+        0.01,
+        False,
+    )
+    trt = planned(bare("trtllm"))
+    assert (trt.scheduler.policy, trt.scheduler.max_num_seqs, trt.scheduler.max_num_batched_tokens) == (
+        "trtllm_no_evict",
+        2048,
+        8192,
+    )
+    assert not trt.kv.prefix_caching
+
+
+def test_what_the_scenario_sets_wins():
+    raw = bare("vllm-v1", scheduler={"policy": "continuous", "max_num_seqs": 64}, kv={"prefix_caching": False})
+    scenario = planned(raw)
+    assert (scenario.scheduler.policy, scenario.scheduler.max_num_seqs, scenario.scheduler.max_num_batched_tokens) == (
+        "continuous",
+        64,
+        8192,
+    )
+    assert not scenario.kv.prefix_caching
+
+
+def test_a_default_that_contradicts_the_scenario_is_left_out():
+    # a contiguous allocator cannot cache prefixes: V1's prefix caching default is not applied
+    scenario = planned(bare("vllm-v1", scheduler={"policy": "continuous"}, kv={"allocator": "contiguous"}))
+    assert not scenario.kv.prefix_caching
+
+
+def test_a_budget_below_the_engines_default_seats_names_the_field_to_set():
+    with pytest.raises(ConfigError) as info:
+        planned(bare("vllm-v1", scheduler={"max_num_batched_tokens": 512}))
+    message = str(info.value)
+    assert "test.yaml: scheduler:" in message
+    assert "max_num_batched_tokens (512) must be at least max_num_seqs (1024)" in message
+    assert "engine vllm-v1 sets" in message and "set the field in the scenario" in message
