@@ -109,7 +109,8 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
     scenario = effective_scenario(loaded.scenario, source, catalogue)
     policy = POLICIES.get(scenario.scheduler.policy)
     ttft_targets = ttft_targets_s(scenario)
-    _check_scheduler(scenario, source, policy, ttft_targets)
+    engine_policy = "policy" not in loaded.scenario.scheduler.model_fields_set
+    _check_scheduler(scenario, source, policy, ttft_targets, engine_policy)
     groups = tuple(plan_group(scenario, group, source, catalogue) for group in scenario.cluster.resolved_groups())
     sched = scenario.scheduler
     return RunPlan(
@@ -138,9 +139,18 @@ def effective_scenario(scenario: Scenario, source: str, catalogue: Catalogue) ->
 
 
 def _check_scheduler(
-    scenario: Scenario, source: str, policy: type[BatchingPolicy], ttft_targets: Mapping[str, float]
+    scenario: Scenario,
+    source: str,
+    policy: type[BatchingPolicy],
+    ttft_targets: Mapping[str, float],
+    engine_policy: bool = False,
 ) -> None:
-    """Settings that are fine alone but not together."""
+    """Settings that are fine alone but not together (``engine_policy``: the policy is the engine's default)."""
+    whose = (
+        f" (the policy of engine {scenario.cluster.engine}; set scheduler.policy to choose another)"
+        if engine_policy
+        else ""
+    )
     if scenario.scheduler.slo_admission != "off" and not ttft_targets:
         raise ConfigError(
             source,
@@ -157,11 +167,11 @@ def _check_scheduler(
         )
     if policy.kv_per_chunk and kv.allocator != "paged":
         raise ConfigError(
-            source, "kv.allocator", f"{policy.kind} takes KV blocks chunk by chunk: it needs allocator: paged"
+            source, "kv.allocator", f"{policy.kind}{whose} takes KV blocks chunk by chunk: it needs allocator: paged"
         )
     if policy.kv_per_chunk and kv.preemption == "swap":
         raise ConfigError(
-            source, "kv.preemption", f"{policy.kind} preempts by recompute only (vLLM V1 has no swap space)"
+            source, "kv.preemption", f"{policy.kind}{whose} preempts by recompute only (vLLM V1 has no swap space)"
         )
     if kv.prefix_caching and policy.whole_sequence_kv:
         growing = ", ".join(name for name in POLICIES.names() if not POLICIES.get(name).whole_sequence_kv)

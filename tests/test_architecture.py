@@ -44,7 +44,8 @@ def test_every_issue_model_and_gpu_is_catalogued():
     gpus = {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H100-NVL", "H200", "B200", "L40S", "MI300X"}
     assert models <= set(CATALOGUE.names("model"))
     assert gpus <= set(CATALOGUE.names("hardware"))
-    assert {"vllm", "trtllm", "sglang"} <= set(CATALOGUE.names("engine"))
+    assert {"vllm-v1", "vllm-v0.6", "trtllm", "sglang"} <= set(CATALOGUE.names("engine"))
+    assert CATALOGUE.engine("vllm").name == "vllm-v1"  # today's vLLM
 
 
 @pytest.mark.parametrize("name", CATALOGUE.names("model"))

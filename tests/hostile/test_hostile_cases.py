@@ -240,8 +240,8 @@ def test_preempted_request_that_can_never_return_is_rejected_with_a_reason(hosti
         ("model", "models", "llama-3.1-8b.yaml", "hidden_size", 0, "must be positive"),
         ("model", "models", "llama-3.1-8b.yaml", "num_kv_heads", 0, "must be positive"),
         ("model", "models", "llama-3.1-8b.yaml", "head_dim", -128, "must be positive"),
-        ("engine", "engines", "vllm.yaml", "step_overhead_s", float("nan"), "finite number"),
-        ("engine", "engines", "vllm.yaml", "step_overhead_s", -1e-3, "a time of at least 0 s"),
+        ("engine", "engines", "vllm-v1.yaml", "step_overhead_s", float("nan"), "finite number"),
+        ("engine", "engines", "vllm-v1.yaml", "step_overhead_s", -1e-3, "a time of at least 0 s"),
     ],
 )
 def test_custom_profile_numbers_are_range_checked(

@@ -116,7 +116,7 @@ def mooncake_records(records: list[dict[str, Any]]) -> None:
 PROFILES = {
     "hardware": "gpus/h100-sxm.yaml",
     "model": "models/llama-3.1-8b.yaml",
-    "engine": "engines/vllm.yaml",
+    "engine": "engines/vllm-v1.yaml",
 }
 
 

@@ -29,7 +29,7 @@ CHAT: dict[str, Any] = {
         ]
     },
     "cluster": {"num_replicas": 2, "hardware": "H100-SXM", "model": "Llama-3.1-8B"},
-    "scheduler": {"max_num_batched_tokens": 16384},
+    "scheduler": {"policy": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 16384},
     "stop": {"max_requests": 400},
 }
 
@@ -73,6 +73,15 @@ SCENARIOS = {
     "watermark": variant(kv__num_blocks=900, kv__watermark_frac=0.05),
     "swap": variant(kv__num_blocks=900, kv__preemption="swap"),
     "swap-vllm": variant(kv__num_blocks=900, kv__preemption="swap", scheduler__policy="vllm_v0"),
+    "vllm-v1": variant(scheduler__policy="vllm_v1", scheduler__max_num_batched_tokens=2048),
+    "vllm-v1-pressure": variant(
+        scheduler__policy="vllm_v1", scheduler__max_num_batched_tokens=1024, kv__num_blocks=700
+    ),
+    "vllm-v1-engine": variant(scheduler={}, kv={"prefix_caching": True}, cluster__engine="vllm-v1"),
+    "trtllm-no-evict": variant(scheduler__policy="trtllm_no_evict", kv__num_blocks=4000),
+    "trtllm-no-evict-chunked": variant(
+        scheduler__policy="trtllm_no_evict_chunked", scheduler__max_num_batched_tokens=1024, kv__num_blocks=4000
+    ),
     "horizon": variant(stop={"horizon_s": 6.0}),
     "horizon-pressure": variant(stop={"horizon_s": 8.0}, kv__num_blocks=700),
     "unit-boundaries": explicit_scenario(

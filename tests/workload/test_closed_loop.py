@@ -25,7 +25,7 @@ def closed_loop(num_users: int, think: dict[str, Any], max_requests: int, **arri
             ]
         },
         "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B"},
-        "scheduler": {"max_num_seqs": 4, "max_num_batched_tokens": 4096},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 4, "max_num_batched_tokens": 4096},
         "kv": {"num_blocks": 1000},
         "cost": {"kind": "unit", "step_time_s": 1.0},
         "stop": {"max_requests": max_requests},
