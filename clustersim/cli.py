@@ -280,11 +280,14 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
     """
     _need_plots("clustersim validate-cost")
     from clustersim.validation.cli import run_validate_cost
+    from clustersim.validation.engine_errors import format_engine_errors
     from clustersim.validation.published import format_comparisons, run_published
 
     try:
         if published:
-            report = format_comparisons(run_published(data_dir, out_dir))
+            comparisons = run_published(data_dir, out_dir)
+            report = format_comparisons(comparisons)
+            report += "\n\nmean absolute error per engine and metric:\n" + format_engine_errors(comparisons)
         else:
             report = run_validate_cost(data_dir, out_dir, fit)
     except ClusterSimError as exc:

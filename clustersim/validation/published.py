@@ -84,8 +84,11 @@ KNOWN_GAPS: dict[str, tuple[float, str]] = {
     "mlperf41_h100nvlx4_off": (55.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
     "mlperf41_b200x1_off": (40.0, "B200 FP4 priced at the datasheet FP4 peak x H100 fractions; preview software"),
     "mlperf40_h100x2_off": (35.0, "v4.0 software: the same TP2 engine did 11% more per GPU in v4.1"),
-    "trtllm061_h100_l7b_ttft2048": (25.0, "FP8 GEMMs priced with the BF16-fitted efficiency; v0.5 FP8 got less"),
-    "vllm_ci_h200_l8b_tput": (25.0, "ShareGPT length shapes assumed; vLLM V0 splits prefill and decode steps"),
+    "trtllm061_h100_l7b_ttft2048": (
+        30.0,
+        "FP8 GEMMs priced with the BF16-fitted efficiency and attention at FlashAttention-3's rate; v0.5 had neither",
+    ),
+    "vllm_ci_h200_l8b_tput": (25.0, "ShareGPT length shapes assumed (only their means are published)"),
 }
 
 
