@@ -19,6 +19,7 @@ from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError, did_you_mean
 from clustersim.outdir import MAX_NAME_CHARS, new_default_folder, safe_name, unique_names
 from clustersim.runner import run_scenario
+from clustersim.runplan import plan_run
 
 COLUMNS = (
     ("variant", "variant", None),
@@ -107,8 +108,8 @@ def compare(
     """Run every variant (``jobs`` at a time) into ``out_dir/<variant>/`` (None: a new folder
     ``runs/compare-<scenario>-<time>``); returns one table row per variant, in order, and the folder."""
     todo = variants(vary)
-    for variant in todo:  # validate every variant before running any
-        load_scenario(scenario_path, (*base_overrides, *variant.overrides))
+    for variant in todo:  # validate (and resolve against the catalogue) every variant before running any
+        plan_run(load_scenario(scenario_path, (*base_overrides, *variant.overrides)))
     if out_dir is None:
         out_dir = new_default_folder(f"compare-{scenario_path.stem}")
     args = [(scenario_path, (*base_overrides, *v.overrides), out_dir / v.name) for v in todo]

@@ -150,6 +150,15 @@ def test_compare_variant_folders_stay_inside_and_apart(hostile_dir: Path) -> Non
     assert sorted(p.name for p in (hostile_dir / "dup").iterdir() if p.is_dir()) == ["1", "1-2", "1-3"]
 
 
+def test_compare_refuses_a_variant_the_engine_defaults_make_invalid_before_running_any(hostile_dir: Path) -> None:
+    # the engine's 1024 seats do not fit a 512-token budget: a clean exit 2 from the parent, in parallel too
+    vary = "scheduler={policy: vllm_v0},{max_num_batched_tokens: 512}"
+    result = cli("compare", "tiny.yaml", "--vary", vary, "--out", "bad", "--jobs", "2")
+    assert_answered(result, (2,))
+    assert "max_num_batched_tokens (512) must be at least max_num_seqs (1024)" in result.stderr
+    assert not (hostile_dir / "bad").exists()
+
+
 # ----------------------------------------------------------------------------- traces
 def _trace_scenario(folder: Path, path: str, fmt: str) -> None:
     (folder / "tr.yaml").write_text(
