@@ -19,14 +19,14 @@ clustersim compare azure-conv-replay \
   --columns "$LAT" --out "$out/routers" --doc docs/scenarios.md#routers
 
 # docs/replica.md: policies, chunk budgets, static batch wait
-clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm \
+clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm_v0,vllm_v1 \
   --set scheduler.max_num_batched_tokens=16384 --columns "$LAT" --out "$out/policies" --doc docs/replica.md#policies
 clustersim compare azure-conv-replay --vary scheduler.policy=static --set scheduler.max_num_batched_tokens=262144 \
   --columns "$LAT" --out "$out/static" --doc docs/replica.md#static
 clustersim compare azure-conv-replay --vary scheduler.max_num_batched_tokens=512,2048,8192 \
   --set scheduler.policy=chunked_prefill --columns "$LAT" --out "$out/chunks" --doc docs/replica.md#chunks
 clustersim compare streaming-smoothness \
-  --vary 'scheduler={policy: vllm, max_num_batched_tokens: 8192},{policy: chunked_prefill, max_num_batched_tokens: 512}' \
+  --vary 'scheduler={policy: vllm_v0, max_num_seqs: 256, max_num_batched_tokens: 8192},{policy: vllm_v1, max_num_seqs: 256, max_num_batched_tokens: 8192},{policy: chunked_prefill, max_num_seqs: 256, max_num_batched_tokens: 512}' \
   --columns "TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,ITL p50 ms,ITL p99 ms,ITL max ms,SLO met %" --out "$out/itl" \
   --doc docs/replica.md#itl
 clustersim compare static-batch-wait --vary scheduler.batch_wait_s=0,1,4 \
