@@ -52,14 +52,18 @@ def format_catalogue(catalogue: Catalogue) -> str:
             f"{model.kv_bytes_per_token() / 1024:>12.1f}{model.weight_precision:>9}  {kind}"
         )
     lines.append("")
-    lines.append("engine    step ms  per-seq us  launch/layer us (eager, graph)  graphs up to")
+    lines.append(
+        "engine       step ms  per-seq us  launch/layer us (eager, graph)  graphs up to  hidden  default policy"
+    )
     for name in catalogue.names("engine"):
         profile = catalogue.engine(name)
         engine = EngineSpec.from_profile(profile)
+        graphs = f"{engine.cuda_graph_max_seqs} {'tokens' if engine.cuda_graph_mixed_steps else 'seqs'}"
+        policy = profile.scheduler.policy if profile.scheduler is not None else None
         lines.append(
-            f"{name:<8}{profile.step_overhead_s.value * 1e3:>8.2f}{engine.per_seq_overhead_s * 1e6:>12.1f}"
+            f"{name:<11}{profile.step_overhead_s.value * 1e3:>9.2f}{engine.per_seq_overhead_s * 1e6:>12.1f}"
             f"{engine.launch_overhead_per_layer_eager_s * 1e6:>16.1f}, "
             f"{engine.launch_overhead_per_layer_graph_s * 1e6:<14.1f}"
-            f"{engine.cuda_graph_max_seqs:>10}"
+            f"{graphs:>12}{engine.host_overlap_frac * 100:>7.0f}%  {policy.value if policy else '-'}"
         )
     return "\n".join(lines)
