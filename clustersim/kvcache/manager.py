@@ -164,6 +164,39 @@ class KVManager:
         seq.reserved_blocks = num_blocks
         self._place(seq, num_blocks)
 
+    def publish(self, seq: KVSequence, computed_tokens: int) -> int:
+        """Cache the leading segments of ``seq``'s own prompt that its ``computed_tokens`` (cached ones
+        included) now cover, so later admissions reuse them while it runs; returns their tokens.
+
+        Each becomes one ``seq`` reuses: a new segment moves its blocks to the cache, pinned by
+        ``seq``; one another sequence cached meanwhile is pinned instead and ``seq``'s own copy freed.
+        """
+        prefix = self.prefix
+        if prefix is None or not seq.own_segments:
+            return 0
+        bs = self.block_size_tokens
+        end = seq.cached_tokens
+        count = 0
+        for key, blocks in seq.own_segments:
+            end += blocks * bs
+            if end > computed_tokens:
+                break
+            if key in prefix:
+                prefix.acquire([(key, blocks)])
+                self.pool.free(blocks)
+            else:
+                prefix.insert_pinned(key, blocks)
+            seq.reserved_blocks -= blocks
+            count += 1
+        if not count:
+            return 0
+        published = seq.own_segments[:count]
+        seq.hit_segments.extend(published)
+        del seq.own_segments[:count]
+        tokens = sum(blocks for _, blocks in published) * bs
+        seq.cached_tokens += tokens
+        return tokens
+
     def _place(self, seq: KVSequence, num_blocks: int) -> None:
         """Where the reservation goes (paged: anywhere)."""
 

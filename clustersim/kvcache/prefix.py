@@ -2,8 +2,10 @@
 
 A segment is a run of whole KV blocks identified by a key (a Mooncake ``hash_id``, or a tenant's
 shared system prompt). A request whose leading segments are cached reuses their blocks and skips
-their prefill. Segments in use are pinned (reference counted); unused ones stay cached, holding
-their blocks, until memory is needed, and then go least recently used first.
+their prefill. A segment is cached as soon as the sequence computing it has computed it (vLLM caches
+a block once it is full), so requests admitted while that sequence still runs reuse it. Segments in
+use are pinned (reference counted); unused ones stay cached, holding their blocks, until memory is
+needed, and then go least recently used first.
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ class PrefixCache:
         self.num_blocks += num_blocks
         self.num_evictable_blocks += num_blocks
         return True
+
+    def insert_pinned(self, key: Hashable, num_blocks: int) -> None:
+        """Cache a segment a running sequence has just computed; it stays pinned by that sequence."""
+        if key in self._blocks:
+            raise KVAccountingError(f"prefix segment {key!r} cached twice")
+        self._blocks[key] = num_blocks
+        self._refs[key] = 1
+        self.num_blocks += num_blocks
 
     def evict(self, num_blocks: int) -> int:
         """Evict least recently used unpinned segments until ``num_blocks`` are freed (or none are left).

@@ -253,8 +253,12 @@ class Core:
         if step.advances:
             self.gaps.advanced(step, num_steps, now_s)
         num_first_tokens = 0
+        publishing = self.kv.prefix is not None
         for seat, chunk in step.chunks:
-            if self.seats.advance_prefill(seat, chunk):
+            done = self.seats.advance_prefill(seat, chunk)
+            if publishing and (tokens := self.kv.publish(seat, seat.cached_tokens + seat.done_tokens)):
+                self.seats.cached_more(seat, tokens)
+            if done:
                 num_first_tokens += 1
                 request = seat.request
                 if request.num_emitted_tokens == 0:

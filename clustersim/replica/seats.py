@@ -115,6 +115,13 @@ class SeatSet:
         self.prefill_done_sum += tokens
         return seat.done_tokens == seat.prefill_tokens
 
+    def cached_more(self, seat: Seat, tokens: int) -> None:
+        """``tokens`` of a prefilling seat's computed prompt now count as cached (its segments were
+        published to the prefix cache): they leave its own prefill, done and to do."""
+        seat.prefill_tokens -= tokens
+        seat.done_tokens -= tokens
+        self.prefill_done_sum -= tokens
+
     def remove(self, seat: Seat) -> None:
         """Take a seat away (finished, preempted or swapped out)."""
         seat.alive = False

@@ -69,3 +69,37 @@ def test_prefix_caching_needs_paged_blocks(run_mapping):
 def test_prefix_caching_needs_an_iteration_level_policy(run_mapping):
     with pytest.raises(Exception, match=r"kv\.prefix_caching: needs an iteration-level policy"):
         run_mapping(with_tenants([(0.0, 40, 2)], policy="static", kv={"prefix_caching": True}))
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_prefix_is_reusable_as_soon_as_it_is_computed(run_mapping, fast_forward):
+    # A (40 tokens, 32 of them the system prompt) prefills at t=0 and decodes for 9 more steps; B arrives
+    # at t=2 while A still runs and reuses the system prompt A computed (vLLM caches a block once full)
+    raw = with_tenants(
+        [(0.0, 40, 10), (2.0, 40, 2)],
+        kv={"block_size_tokens": 16, "num_blocks": 100, "prefix_caching": True},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    rows = read_requests(result)
+    assert [r["num_cached_prompt_tokens"] for r in rows] == [0, 32]
+    assert [s["num_prefill_tokens"] for s in read_steps(result) if s["num_prefill_tokens"]] == [40, 8]
+    ledger = pq.read_table(result.out_dir / "memory.parquet").to_pylist()
+    first = ledger[0]  # after A's prefill: its system prompt is already cached, its own 8 tokens are stored
+    assert first["cached_prefix_bytes"] / KV_BYTES_PER_TOKEN == 32
+    assert first["stored_bytes"] / KV_BYTES_PER_TOKEN == 8
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_two_prompts_computing_one_prefix_together_keep_one_copy(run_mapping, fast_forward):
+    # both prefill the system prompt in the same step; the second's copy is freed once the first caches it
+    raw = with_tenants(
+        [(0.0, 40, 4), (0.0, 40, 4), (3.0, 40, 2)],
+        kv={"block_size_tokens": 16, "num_blocks": 100, "prefix_caching": True},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    assert [r["num_cached_prompt_tokens"] for r in read_requests(result)] == [0, 0, 32]
+    steps = read_steps(result)
+    # 2 cached blocks + A and B's own block each (+ growth), never two copies of the prompt after step 0
+    assert steps[1]["kv_used_blocks"] == 2 + 2
