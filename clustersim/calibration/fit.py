@@ -61,16 +61,16 @@ def prepare(
     overrides: Sequence[str] = (),
     num_requests: int = DEFAULT_NUM_REQUESTS,
 ) -> Setup:
-    """Resolve the rows' profiles, build their scenarios and the parameters of ``fields``.
+    """Look up the rows' profiles (their names were checked when read), build their scenarios and
+    the parameters of ``fields``.
 
     GPU fields get one parameter per GPU of the training rows (a GPU seen only in held-out rows
     keeps its catalogue values).
     """
     catalogue = catalogue_next_to(measurements.path)
     rows = measurements.rows
-    where = {row.line: f"{measurements.path}:{row.line}" for row in rows}
-    hardware = {row.hardware: catalogue.hardware(row.hardware, where[row.line], "hardware") for row in rows}
-    models = {row.model: catalogue.model(row.model, where[row.line], "model") for row in rows}
+    hardware = {name: catalogue.hardware(name) for name in sorted({row.hardware for row in rows})}
+    models = {name: catalogue.model(name) for name in sorted({row.model for row in rows})}
     scenarios = tuple(row_scenario(row, engine.name, measurements.path, overrides, num_requests) for row in rows)
     trained_gpus = {rows[i].hardware: hardware[rows[i].hardware] for i in train}
     parameters = resolve_parameters(fields, engine, trained_gpus)

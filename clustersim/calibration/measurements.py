@@ -168,15 +168,15 @@ def _measured(cells: dict[str, str], output_tokens: int, where: str) -> dict[Met
     return measured
 
 
-def parse_row(cells: dict[str, str], line: int, where: str, catalogue: Catalogue) -> Measurement:
+def parse_row(cells: dict[str, str], line: int, where: str, names: ProfileNames) -> Measurement:
     """One data row (cells by column name, stripped) as a :class:`Measurement`."""
     precision = cells["weight_precision"].lower()
     kind = _choice(cells["load_kind"], LOAD_KINDS, where, "load_kind")
     output_tokens = _integer(cells["output_tokens"], where, "output_tokens")
     return Measurement(
         line=line,
-        hardware=_profile_name(catalogue, "hardware", cells["hardware"], where),
-        model=_profile_name(catalogue, "model", cells["model"], where),
+        hardware=names.canonical("hardware", cells["hardware"], where),
+        model=names.canonical("model", cells["model"], where),
         tensor_parallel=_integer(cells["tensor_parallel"], where, "tensor_parallel"),
         weight_precision=_choice(precision, PRECISIONS, where, "weight_precision") if precision else None,  # type: ignore[arg-type]
         load_kind=kind,  # type: ignore[arg-type]
@@ -187,16 +187,22 @@ def parse_row(cells: dict[str, str], line: int, where: str, catalogue: Catalogue
     )
 
 
-def _profile_name(catalogue: Catalogue, kind: str, name: str, where: str) -> str:
-    """The canonical name of a catalogue entry (or a profile file's name, as given)."""
-    if not name:
-        raise ConfigError(where, kind, "empty: give a name from `clustersim profiles` or a profile file")
-    if name.endswith((".yaml", ".yml")):
-        lookup = catalogue.hardware if kind == "hardware" else catalogue.model
-        lookup(name, where, kind)  # the file exists and is a valid profile
-        return name
-    found = catalogue.hardware(name, where, kind) if kind == "hardware" else catalogue.model(name, where, kind)
-    return found.name
+@dataclass
+class ProfileNames:
+    """Hardware and model names looked up in a catalogue, each name once."""
+
+    catalogue: Catalogue
+    known: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def canonical(self, kind: str, name: str, where: str) -> str:
+        """The catalogue's name for ``name`` (a profile file's name as given); refused as ``where: kind``."""
+        if (kind, name) not in self.known:
+            if not name:
+                raise ConfigError(where, kind, "empty: give a name from `clustersim profiles` or a profile file")
+            lookup = self.catalogue.hardware if kind == "hardware" else self.catalogue.model
+            found = lookup(name, where, kind)  # a profile file: it exists and is valid
+            self.known[kind, name] = name if name.endswith((".yaml", ".yml")) else found.name
+        return self.known[kind, name]
 
 
 def catalogue_next_to(path: Path, catalogue: Catalogue | None = None) -> Catalogue:
@@ -218,7 +224,7 @@ def read_measurements(path: Path, catalogue: Catalogue | None = None) -> Measure
         raise ConfigError(str(path), "", f"cannot be read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(str(path), "", "is not UTF-8 text") from None
-    catalogue = catalogue_next_to(path, catalogue)
+    names_of = ProfileNames(catalogue_next_to(path, catalogue))
     lines = list(_data_lines(text))
     if not lines:
         raise ConfigError(
@@ -232,7 +238,7 @@ def read_measurements(path: Path, catalogue: Catalogue | None = None) -> Measure
         if len(record) != len(names):
             raise ConfigError(where, "", f"{len(record)} fields where the header has {len(names)}")
         cells = {name: cell.strip() for name, cell in zip(names, record, strict=True)}
-        rows.append(parse_row(cells, number, where, catalogue))
+        rows.append(parse_row(cells, number, where, names_of))
     if not rows:
         raise ConfigError(str(path), "", "no data rows after the header")
     return MeasurementFile(path, hashlib.sha256(data).hexdigest(), tuple(rows))
