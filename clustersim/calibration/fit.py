@@ -6,8 +6,9 @@ scipy's bounded least squares (trust-region reflective, finite differences), fro
 profile's values: deterministic, with no random restarts. Each prediction is a simulation
 (:mod:`.simulate`); a run is never repeated for the same row and values.
 
-Scores: in-sample (the fit's own rows), leave-one-out (each training row predicted by a fit on the
-others, started from the full fit) and held out (rows outside the training set, when one is chosen).
+Scores: in-sample (the fit's own rows), leave-one-out (each training row predicted by the same fit,
+from the base values, on the other training rows: nothing of the left-out row reaches its prediction)
+and held out (rows outside the training set, when one is chosen).
 The fitted values are rounded to 4 significant digits, as they are written, before anything is scored.
 """
 
@@ -30,10 +31,10 @@ from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProf
 from clustersim.errors import ClusterSimError, ConfigError
 
 DIFF_STEP = 0.02  # finite-difference step, in scaled units: wider than the jumps a queue's discrete batching makes
-X_TOL = 1e-4
-F_TOL = 1e-6
+X_TOL = 1e-3  # relative change of the scaled parameters: well below the errors that matter
+F_TOL = 1e-4
 SIGNIFICANT_DIGITS = 4
-BOUND_SNAP = 1e-5  # scaled distance from a bound at which a fitted value is taken to be on it
+BOUND_SNAP = X_TOL  # scaled distance from a bound at which a fitted value is taken to be on it
 
 Array = NDArray[np.float64]
 
@@ -111,21 +112,35 @@ class Evaluator:
         return np.asarray(residuals, dtype=np.float64)
 
 
-def fit(evaluator: Evaluator, indices: Sequence[int], start: Sequence[float]) -> tuple[float, ...]:
-    """The parameter values (own units) that best fit the rows ``indices``, starting from ``start``."""
-    parameters = evaluator.setup.parameters
-    scale = np.array([p.scale for p in parameters])
-    low = np.array([p.low for p in parameters]) / scale
-    high = np.array([p.high for p in parameters]) / scale
+def fit(evaluator: Evaluator, indices: Sequence[int]) -> tuple[float, ...]:
+    """The parameter values (own units) that best fit the rows ``indices``, from the base values.
+
+    A GPU's parameters are fitted only when one of the rows runs on that GPU; otherwise they keep
+    their base values (nothing in the rows says anything about them).
+    """
+    setup = evaluator.setup
+    gpus = {setup.rows[i].hardware for i in indices}
+    start = np.array([p.start for p in setup.parameters])
+    free = np.array([p.hardware is None or p.hardware in gpus for p in setup.parameters])
+    if not free.any():
+        return tuple(float(v) for v in start)
+    scale = np.array([p.scale for p in setup.parameters])[free]
+    low = np.array([p.low for p in setup.parameters])[free] / scale
+    high = np.array([p.high for p in setup.parameters])[free] / scale
+
+    def values_of(x: Array) -> tuple[float, ...]:
+        values = start.copy()
+        values[free] = x * scale
+        return tuple(float(v) for v in values)
 
     def residuals(x: Array) -> Array:
-        return evaluator.residuals(indices, tuple(x * scale))
+        return evaluator.residuals(indices, values_of(x))
 
-    x0 = np.clip(np.asarray(start, dtype=np.float64) / scale, low, high)
+    x0 = np.clip(start[free] / scale, low, high)
     result = least_squares(residuals, x0, bounds=(low, high), diff_step=DIFF_STEP, xtol=X_TOL, ftol=F_TOL)
     x = np.asarray(result.x, dtype=np.float64)
     x = np.where(x - low < BOUND_SNAP, low, np.where(high - x < BOUND_SNAP, high, x))  # the solver stops just inside
-    return tuple(float(v) for v in x * scale)
+    return values_of(x)
 
 
 def rounded(value: float, digits: int = SIGNIFICANT_DIGITS) -> float:
@@ -184,16 +199,16 @@ class Calibration:
 
 
 def calibrate(setup: Setup, train: Sequence[int], scratch_dir: Path) -> Calibration:
-    """Fit on the rows ``train``, then predict every row and each training row left out in turn."""
+    """Fit on the rows ``train``, then predict every row, and each training row by the same fit
+    (from the base values) on the other training rows."""
     evaluator = Evaluator(setup, scratch_dir)
-    start = [p.start for p in setup.parameters]
-    best = fit(evaluator, train, start)
-    values = tuple(rounded(v) for v in best)
+    values = tuple(rounded(v) for v in fit(evaluator, train))
     predictions = {i: evaluator.predict(i, values) for i in range(len(setup.rows))}
+    start = [p.start for p in setup.parameters]
     baseline = {i: evaluator.predict(i, start) for i in range(len(setup.rows))}
     leave_one_out = {}
     for left_out in train:
         others = [i for i in train if i != left_out]
         if others:
-            leave_one_out[left_out] = evaluator.predict(left_out, fit(evaluator, others, best))
+            leave_one_out[left_out] = evaluator.predict(left_out, fit(evaluator, others))
     return Calibration(setup, tuple(train), values, predictions, baseline, leave_one_out, evaluator.num_simulations)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clustersim.calibration import fit as fit_module
-from clustersim.calibration.fit import Evaluator, calibrate, choose_training_rows, prepare, rounded
+from clustersim.calibration.fit import Evaluator, calibrate, choose_training_rows, fit, prepare, rounded
 from clustersim.calibration.measurements import COLUMNS, METRICS, read_measurements
 from clustersim.calibration.report import Scores, error_pct, scores
 from clustersim.calibration.simulate import Prediction, RowProfiles, predict, row_scenario
@@ -108,6 +108,28 @@ def test_held_out_rows_are_scored_by_the_fit_on_the_others(
 def test_one_training_row_has_no_leave_one_out(proportional_setup: fit_module.Setup, tmp_path: Path) -> None:
     result = calibrate(proportional_setup, [2], tmp_path)
     assert result.leave_one_out == {} and result.values[0] == pytest.approx(TRUE_S[4], rel=1e-3)
+
+
+def by_efficiency(loaded: LoadedScenario, profiles: RowProfiles, scratch_dir: Path) -> Prediction:
+    line = int(loaded.source.rsplit(":", 1)[1])
+    ttft_s = line * profiles.engine.step_overhead_s.value / profiles.hardware.compute_efficiency_frac.value
+    return {"ttft_s": ttft_s, "itl_s": None, "output_tokens_per_s": None}
+
+
+def test_a_gpu_without_rows_keeps_its_base_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fit_module, "predict", by_efficiency)
+    rows = [[gpu, "Llama-3.1-8B", 1, "", "batch", 1, 16, 1, 0.01, "", ""] for gpu in ("H100-SXM", "H100-SXM", "H200")]
+    data = read_measurements(write_csv(tmp_path / "data.csv", rows))
+    setup = prepare(data, VLLM, ["step_overhead_s", "compute_efficiency_frac"], range(3))
+    assert [p.label for p in setup.parameters] == [
+        "step_overhead_s",
+        "H100-SXM.compute_efficiency_frac",
+        "H200.compute_efficiency_frac",
+    ]
+    without_h200 = fit(Evaluator(setup, tmp_path), [0, 1])
+    assert without_h200[2] == setup.parameters[2].start and without_h200[1] != setup.parameters[1].start
+    result = calibrate(setup, [0, 1, 2], tmp_path)  # row 2 (line 4) left out: the fit above, H200 at its base
+    assert result.leave_one_out[2]["ttft_s"] == pytest.approx(4 * without_h200[0] / setup.parameters[2].start)
 
 
 def test_scores_average_absolute_errors_per_metric() -> None:
