@@ -193,10 +193,6 @@ class Calibration:
         """The rows outside the training set (scored as held out)."""
         return tuple(i for i in range(len(self.setup.rows)) if i not in self.train)
 
-    @property
-    def start(self) -> tuple[float, ...]:
-        return tuple(p.start for p in self.setup.parameters)
-
 
 def calibrate(setup: Setup, train: Sequence[int], scratch_dir: Path) -> Calibration:
     """Fit on the rows ``train``, then predict every row, and each training row by the same fit

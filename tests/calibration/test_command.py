@@ -98,6 +98,19 @@ def test_a_scenario_runs_with_the_written_profile(calibrated: tuple[Path, Result
     assert "10 arrived, 10 completed" in result.output
 
 
+def test_a_written_profile_can_be_the_base_of_another(calibrated: tuple[Path, Result]) -> None:
+    folder, _ = calibrated
+    base = folder / "profiles" / "my-engine.yaml"
+    again = folder / "again.yaml"
+    result = cli("calibrate", str(folder / "data.csv"), "--engine", str(base), "--out", str(again),
+                 "--fit", "sampling_per_seq_s", "--train-rows", "0")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "calibrated engine 'my-engine'" in result.output
+    first, second = load_profile_file(base, EngineProfile), load_profile_file(again, EngineProfile)
+    assert second.step_overhead_s == first.step_overhead_s  # the first calibration's value and source, kept
+    assert "fitted by `clustersim calibrate`" in second.sampling_per_seq_s.source  # type: ignore[union-attr]
+
+
 def test_fit_gpu_writes_a_hardware_profile_beside_the_engine(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text(DATA, encoding="utf-8")
     out = tmp_path / "my-engine.yaml"
