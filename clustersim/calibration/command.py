@@ -12,7 +12,7 @@ import click
 from clustersim.calibration.measurements import read_measurements
 from clustersim.calibration.parameters import DEFAULT_ENGINE_FIELDS, GPU_FIELDS
 from clustersim.config.catalogue import Catalogue
-from clustersim.doctables import shown_command, write_doc_table
+from clustersim.doctables import parse_target, shown_command, write_doc_table
 from clustersim.errors import ConfigError
 from clustersim.guard import fail
 
@@ -108,6 +108,8 @@ def calibrate(
 
     if out.suffix not in (".yaml", ".yml"):
         fail(f"--out: {out} must end in .yaml or .yml (a scenario names profile files by that suffix)")
+    if doc:
+        parse_target(doc)  # before the fit, not after it
     engine = Catalogue.builtin().engine(engine_name, "--engine", "")
     measurements = read_measurements(data)
     train = choose_training_rows(len(measurements.rows), _rows(train_rows), train_frac, seed)

@@ -162,6 +162,7 @@ def test_doc_block_is_written(calibrated: tuple[Path, Result], tmp_path: Path) -
         (["--set", "scheduler.policy=fifo"], "data.csv:3 (with --set): scheduler.policy: unknown policy 'fifo'"),
         (["--data", "bad.csv"], "bad.csv:3: load: -4 must be positive"),
         (["--data", "absent.csv"], "absent.csv: no such file"),
+        (["--doc", "page.md"], "--doc: expected FILE.md#name"),
     ],
 )
 def test_refusals_are_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
