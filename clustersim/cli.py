@@ -23,6 +23,7 @@ from clustersim.bench import (
     machine_description,
     run_in_child,
 )
+from clustersim.calibration.command import calibrate
 from clustersim.compare import compare, format_markdown, select_columns, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
@@ -310,6 +311,9 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
 def profiles() -> None:
     """List the built-in hardware, models and engines with their key numbers."""
     click.echo(format_catalogue(Catalogue.builtin()))
+
+
+main.add_command(calibrate)
 
 
 @main.command()
