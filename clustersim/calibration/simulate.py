@@ -9,7 +9,8 @@ parallelism, with fixed prompt and output lengths:
   requests (at least 4 per user) have been sent; ``max_num_seqs`` at least ``load``;
 - ``rate_per_s``: Poisson arrivals at ``load`` per second until ``num_requests`` have arrived.
 
-The scheduler is ``continuous`` (``max_num_seqs`` at least 256, a budget of at least 8192 tokens);
+The scheduler policy is the engine's own (``vllm_v1`` for ``vllm-v1``, ...), with ``max_num_seqs`` at
+least 256 and a budget of at least 8192 tokens;
 ``--set``-style overrides apply to every row's scenario after these defaults. The seed is 0, so a
 row's prediction is a deterministic function of the profiles. Predictions are the run summary's
 figures, which are those of the usual benchmark tools: the mean TTFT over completed requests, the
@@ -110,7 +111,7 @@ def row_mapping(row: Measurement, engine: str, num_requests: int = DEFAULT_NUM_R
         "seed": SEED,
         "workload": {"tenants": [tenant]},
         "cluster": cluster,
-        "scheduler": {"policy": "continuous", "max_num_seqs": max_num_seqs, "max_num_batched_tokens": budget},
+        "scheduler": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": budget},
     }
     if stop:
         raw["stop"] = stop

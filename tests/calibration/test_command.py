@@ -34,7 +34,7 @@ workload:
 stop: {max_requests: 10}
 cluster: {hardware: HARDWARE, model: Llama-3.1-8B, engine: my-engine.yaml}
 """
-VLLM = Catalogue.builtin().engine("vllm")
+VLLM = Catalogue.builtin().engine("vllm-v0.6")
 
 
 def cli(*args: str) -> Result:
@@ -49,7 +49,7 @@ def calibrated_fixture(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     os.chdir(folder)
     try:
         result = cli(
-            "calibrate", "data.csv", "--engine", "vllm", "--out", "profiles/my-engine.yaml", "--train-rows", "0,1"
+            "calibrate", "data.csv", "--engine", "vllm-v0.6", "--out", "profiles/my-engine.yaml", "--train-rows", "0,1"
         )
     finally:
         os.chdir(old)
@@ -60,7 +60,7 @@ def test_prints_rows_and_errors(calibrated: tuple[Path, Result]) -> None:
     _, result = calibrated
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "calibrated engine 'vllm' on data.csv (sha256" in out and "fitted on 2 of 3 rows (0, 1)" in out
+    assert "calibrated engine 'vllm-v0.6' on data.csv (sha256" in out and "fitted on 2 of 3 rows (0, 1)" in out
     assert "step_overhead_s" in out and "per_seq_overhead_s" in out
     row_lines = [line for line in out.splitlines() if line.lstrip()[:1].isdigit() and " H100-SXM " in line]
     assert len(row_lines) == 5  # one per measured value
@@ -114,7 +114,7 @@ def test_a_written_profile_can_be_the_base_of_another(calibrated: tuple[Path, Re
 def test_fit_gpu_writes_a_hardware_profile_beside_the_engine(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text(DATA, encoding="utf-8")
     out = tmp_path / "my-engine.yaml"
-    result = cli("calibrate", str(tmp_path / "data.csv"), "--engine", "vllm", "--out", str(out), "--fit-gpu",
+    result = cli("calibrate", str(tmp_path / "data.csv"), "--engine", "vllm-v0.6", "--out", str(out), "--fit-gpu",
                  "--fit", "step_overhead_s", "--train-frac", "0.33", "--seed", "5")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "fitted on 1 of 3 rows (1)" in result.output  # the seeded third
@@ -127,7 +127,7 @@ def test_fit_gpu_writes_a_hardware_profile_beside_the_engine(tmp_path: Path) -> 
     assert "fitted by `clustersim calibrate`" in gpu.compute_efficiency_frac.source
     assert 0 < gpu.memory_efficiency_frac.value <= 1
     engine = load_profile_file(out, EngineProfile)
-    assert engine.per_seq_overhead_s == Catalogue.builtin().engine("vllm").per_seq_overhead_s  # not fitted
+    assert engine.per_seq_overhead_s == Catalogue.builtin().engine("vllm-v0.6").per_seq_overhead_s  # not fitted
     scenario = tmp_path / "scenario.yaml"
     scenario.write_text(SCENARIO.replace("HARDWARE", gpu_path.name), encoding="utf-8")
     plan = plan_run(load_scenario(scenario))
@@ -140,13 +140,13 @@ def test_doc_block_is_written(calibrated: tuple[Path, Result], tmp_path: Path) -
     doc.write_text("# Page\n\n<!-- BEGIN calibrate -->\nold\n<!-- END calibrate -->\n", encoding="utf-8")
     one_row = folder / "one.csv"
     one_row.write_text("\n".join(DATA.splitlines()[:3]) + "\n", encoding="utf-8")
-    result = cli("calibrate", str(one_row), "--engine", "vllm", "--out", str(tmp_path / "e.yaml"), "--fit",
+    result = cli("calibrate", str(one_row), "--engine", "vllm-v0.6", "--out", str(tmp_path / "e.yaml"), "--fit",
                  "step_overhead_s", "--doc", f"{doc}#calibrate")  # fmt: skip
     assert result.exit_code == 0, result.output
     text = doc.read_text(encoding="utf-8")
     assert (
         "old" not in text
-        and "```text\ncalibrated engine 'vllm' on one.csv" in text
+        and "```text\ncalibrated engine 'vllm-v0.6' on one.csv" in text
         and "Written by `clustersim" in text
     )
 
@@ -168,7 +168,7 @@ def test_doc_block_is_written(calibrated: tuple[Path, Result], tmp_path: Path) -
 def test_refusals_are_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
     (tmp_path / "data.csv").write_text(DATA, encoding="utf-8")
     (tmp_path / "bad.csv").write_text(DATA.replace("batch,1,", "batch,-4,"), encoding="utf-8")
-    options = {"--engine": "vllm", "--out": "e.yaml", "--data": "data.csv"}
+    options = {"--engine": "vllm-v0.6", "--out": "e.yaml", "--data": "data.csv"}
     for key, value in zip(args[::2], args[1::2], strict=True):
         options[key] = value
     data = options.pop("--data")

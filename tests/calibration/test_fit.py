@@ -18,7 +18,7 @@ from clustersim.config.profiles import Cited
 from clustersim.errors import ConfigError
 
 CATALOGUE = Catalogue.builtin()
-VLLM = CATALOGUE.engine("vllm")
+VLLM = CATALOGUE.engine("vllm-v0.6")
 
 
 def write_csv(path: Path, rows: list[list[object]]) -> Path:
@@ -163,7 +163,7 @@ def test_fit_recovers_the_overheads_that_made_the_data(tmp_path: Path) -> None:
     measured_rows = []
     for setting, measurement in zip(settings, read_measurements(blank).rows, strict=True):
         profiles = RowProfiles(CATALOGUE.hardware("H100-SXM"), CATALOGUE.model("Llama-3.1-8B"), truth)
-        figures = predict(row_scenario(measurement, "vllm", blank), profiles, tmp_path / "truth")
+        figures = predict(row_scenario(measurement, "vllm-v0.6", blank), profiles, tmp_path / "truth")
         measured_rows.append(["H100-SXM", "Llama-3.1-8B", 1, "", *setting, *(repr(figures[m]) for m in METRICS)])
     data = read_measurements(write_csv(tmp_path / "data.csv", measured_rows))
     result = calibrate(

@@ -20,7 +20,7 @@ from clustersim.config.profiles import Cited, EngineProfile, HardwareProfile
 from clustersim.errors import ConfigError
 
 CATALOGUE = Catalogue.builtin()
-VLLM = CATALOGUE.engine("vllm")
+VLLM = CATALOGUE.engine("vllm-v0.6")
 GPUS = {"H200": CATALOGUE.hardware("H200"), "A100-80GB": CATALOGUE.hardware("A100-80GB")}
 
 

@@ -24,7 +24,7 @@ def test_mapping_renames_drops_aliases_and_keeps_cited_nulls() -> None:
 
 
 def test_text_round_trips_with_its_header() -> None:
-    vllm = CATALOGUE.engine("vllm")
+    vllm = CATALOGUE.engine("vllm-v0.6")
     text = profile_text(vllm, "mine", {"step_overhead_s": (2e-3, "fitted: a 'quoted' source")}, ["line one", "two"])
     assert text.startswith("# line one\n# two\nname: mine\n")
     loaded = EngineProfile.model_validate(yaml.safe_load(text))

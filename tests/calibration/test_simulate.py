@@ -30,30 +30,30 @@ def row(load_kind: str, load: float, prompt: int = 32, output: int = 8, **change
     return Measurement(**{**fields, **changes})  # type: ignore[arg-type]
 
 
-def profiles_of(measurement: Measurement, engine: str = "vllm") -> RowProfiles:
+def profiles_of(measurement: Measurement, engine: str = "vllm-v0.6") -> RowProfiles:
     return RowProfiles(
         CATALOGUE.hardware(measurement.hardware), CATALOGUE.model(measurement.model), CATALOGUE.engine(engine)
     )
 
 
 def test_batch_is_that_many_requests_at_once_run_together() -> None:
-    raw = row_mapping(row("batch", 300, prompt=64), "vllm")
+    raw = row_mapping(row("batch", 300, prompt=64), "vllm-v0.6")
     arrival = raw["workload"]["tenants"][0]["arrival"]
     assert arrival["kind"] == "explicit" and len(arrival["requests"]) == 300
     assert arrival["requests"][0] == {"arrival_at_s": 0.0, "prompt_tokens": 64, "output_tokens": 8}
-    assert raw["scheduler"] == {"policy": "continuous", "max_num_seqs": 300, "max_num_batched_tokens": 300 * 64}
+    assert raw["scheduler"] == {"max_num_seqs": 300, "max_num_batched_tokens": 300 * 64}  # the engine's policy
     assert "stop" not in raw and raw["seed"] == 0
     assert raw["cluster"] == {
         "num_replicas": 1,
         "hardware": "H100-SXM",
         "model": "Llama-3.1-8B",
         "tensor_parallel": 1,
-        "engine": "vllm",
+        "engine": "vllm-v0.6",
     }
 
 
 def test_concurrency_is_a_closed_loop_of_users_without_think_time() -> None:
-    raw = row_mapping(row("concurrency", 100, weight_precision="fp8"), "vllm", num_requests=200)
+    raw = row_mapping(row("concurrency", 100, weight_precision="fp8"), "vllm-v0.6", num_requests=200)
     tenant = raw["workload"]["tenants"][0]
     assert tenant["arrival"] == {
         "kind": "closed_loop",
@@ -67,7 +67,7 @@ def test_concurrency_is_a_closed_loop_of_users_without_think_time() -> None:
 
 
 def test_rate_is_poisson_arrivals_until_the_requests_are_sent() -> None:
-    raw = row_mapping(row("rate_per_s", 2.5, prompt=10_000), "vllm", num_requests=50)
+    raw = row_mapping(row("rate_per_s", 2.5, prompt=10_000), "vllm-v0.6", num_requests=50)
     assert raw["workload"]["tenants"][0]["arrival"] == {"kind": "poisson", "rate_per_s": 2.5}
     assert raw["stop"] == {"max_requests": 50}
     assert raw["scheduler"]["max_num_batched_tokens"] == 10_000  # one prompt fits a step
@@ -75,20 +75,20 @@ def test_rate_is_poisson_arrivals_until_the_requests_are_sent() -> None:
 
 def test_overrides_apply_to_the_row_and_errors_name_its_line(tmp_path: Path) -> None:
     csv = tmp_path / "data.csv"
-    loaded = row_scenario(row("batch", 4), "vllm", csv, ["scheduler.policy=static"])
+    loaded = row_scenario(row("batch", 4), "vllm-v0.6", csv, ["scheduler.policy=static"])
     assert loaded.scenario.scheduler.policy == "static" and loaded.base_dir == tmp_path
     with pytest.raises(ConfigError) as caught:
-        row_scenario(row("batch", 4), "vllm", csv, ["scheduler.policy=fifo"])
+        row_scenario(row("batch", 4), "vllm-v0.6", csv, ["scheduler.policy=fifo"])
     assert caught.value.source == f"{csv}:7 (with --set)" and caught.value.field_path == "scheduler.policy"
 
 
 def test_prediction_is_the_summary_of_the_benchmark(tmp_path: Path) -> None:
     single = row("batch", 1, prompt=128, output=2)
-    figures = predict(row_scenario(single, "vllm", tmp_path / "d.csv"), profiles_of(single), tmp_path / "run")
-    vllm = CATALOGUE.engine("vllm")
+    figures = predict(row_scenario(single, "vllm-v0.6", tmp_path / "d.csv"), profiles_of(single), tmp_path / "run")
+    vllm = CATALOGUE.engine("vllm-v0.6")
     slower = vllm.model_copy(update={"step_overhead_s": vllm.step_overhead_s.model_copy(update={"value": 0.101_15})})
     slow = predict(
-        row_scenario(single, "vllm", tmp_path / "d.csv"),
+        row_scenario(single, "vllm-v0.6", tmp_path / "d.csv"),
         RowProfiles(profiles_of(single).hardware, profiles_of(single).model, slower),
         tmp_path / "run",
     )
@@ -100,4 +100,4 @@ def test_prediction_is_the_summary_of_the_benchmark(tmp_path: Path) -> None:
 def test_a_setting_the_replica_cannot_serve_is_refused(tmp_path: Path) -> None:
     too_long = row("batch", 1, prompt=200_000)
     with pytest.raises(ClusterSimError, match=r"d\.csv:7: only 0 of 1 requests completed"):
-        predict(row_scenario(too_long, "vllm", tmp_path / "d.csv"), profiles_of(too_long), tmp_path / "run")
+        predict(row_scenario(too_long, "vllm-v0.6", tmp_path / "d.csv"), profiles_of(too_long), tmp_path / "run")
