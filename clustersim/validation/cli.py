@@ -13,6 +13,7 @@ from clustersim.validation.report import (
     calibration_sources,
     format_mape_table,
     mape_table,
+    published_keys,
     score,
     write_scored,
 )
@@ -37,7 +38,8 @@ def run_validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, catalogue
     scored = score(samples, gpus)
     lines.append(format_mape_table(mape_table(scored), TARGETS_PCT))
     if fit:
-        calibration = calibrate(samples, gpus)
+        keep = {name: published_keys(catalogue.hardware(name)) for name in names}
+        calibration = calibrate(samples, gpus, keep)
         fitted = {name: apply(gpus[name], c.values) for name, c in calibration.items()}
         refit_table = mape_table(score(samples, fitted))
         lines.append("\nrefitted on the training half; held-out error with the refitted values:")

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clustersim.architecture import GpuSpec
+from clustersim.config.profiles import HardwareProfile
 from clustersim.validation.fit import (
     FitResult,
     apply,
@@ -58,12 +59,27 @@ class _Recorder:
         self.spec = apply(self.spec, fit.values)
 
 
-def calibrate(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> dict[str, Calibration]:
+def published_keys(profile: HardwareProfile) -> frozenset[str]:
+    """The fitted fields whose value in ``profile`` comes from a publication, not from this fit (a GPU
+    without kernel measurements then keeps it rather than borrowing another GPU's fit)."""
+    keys = set()
+    for key in _FIT_GROUP:
+        cited = getattr(profile, key, None)
+        if cited is not None and "validate-cost" not in cited.source:
+            keys.add(key)
+    return frozenset(keys)
+
+
+def calibrate(
+    samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec], keep: Mapping[str, frozenset[str]] | None = None
+) -> dict[str, Calibration]:
     """Fit every GPU in ``gpus`` that has samples.
 
     A GPU without attention samples gets the attention fractions fitted on one that has them
-    (the fit is redone against that GPU's own peaks, so the fractions carry over, not the times).
+    (the fit is redone against that GPU's own peaks, so the fractions carry over, not the times),
+    except the fields in ``keep[gpu]`` (values cited from a publication, see :func:`published_keys`).
     """
+    keep = keep or {}
     split = held_out(samples)
     results: dict[str, Calibration] = {}
     # GPUs with attention data first, so others can borrow their fits
@@ -85,7 +101,7 @@ def calibrate(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> d
             if donors:
                 donor = results[donors[0]]
                 for key, (_, fit) in donor.fits.items():
-                    if _FIT_GROUP[key] == group:
+                    if _FIT_GROUP[key] == group and key not in keep.get(name, frozenset()):
                         rec.record(FitResult({key: donor.values[key]}, fit.train_mape, fit.num_train), donor.gpu)
         reduce = _train(samples, split, name, "all_reduce")
         if reduce:

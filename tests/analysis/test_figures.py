@@ -65,7 +65,8 @@ def messy_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         }
     )
     raw["stop"] = {"max_requests": 40, "horizon_s": 0.8}
-    raw["scheduler"]["max_num_batched_tokens"] = 8192  # prompts over 8192 tokens are rejected
+    # whole prompts (no chunking): prompts over the 8192-token budget are rejected
+    raw["scheduler"] = {"policy": "continuous", "max_num_seqs": 256, "max_num_batched_tokens": 8192}
     loaded = load_scenario(SCENARIOS / "default.yaml")
     out_dir = tmp_path_factory.mktemp("messy")
     run_scenario(LoadedScenario(scenario_from_mapping(raw, "messy"), "messy", loaded.base_dir), out_dir)
