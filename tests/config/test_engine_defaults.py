@@ -61,6 +61,8 @@ def test_vllm_v0_and_trtllm_defaults():
         8192,
     )
     assert not trt.kv.prefix_caching
+    sgl = planned(bare("sglang"))
+    assert (sgl.scheduler.policy, sgl.scheduler.max_num_batched_tokens) == ("sglang", 8192)
 
 
 def test_what_the_scenario_sets_wins():

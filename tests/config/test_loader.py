@@ -90,7 +90,8 @@ def test_valid_scenario_is_frozen():
         (
             lambda r: r.update(scheduler={"policy": "fifo"}),
             "bad.yaml: scheduler.policy: unknown policy 'fifo'; known: static, continuous, vllm_v0, chunked_prefill, vllm_v1, "
-            "trtllm_no_evict, trtllm_no_evict_chunked, trtllm_max_utilization, trtllm_max_utilization_chunked",
+            "trtllm_no_evict, trtllm_no_evict_chunked, trtllm_max_utilization, trtllm_max_utilization_chunked, "
+            "sglang",
         ),
         (
             lambda r: r.update(cost={"kind": "unit", "step_time_s": "abc"}),

@@ -205,3 +205,19 @@ def test_trtllm_no_evict_admits_only_what_can_finish(run_mapping, fast_forward):
     rows = read_requests(packed)
     assert rows[1]["first_scheduled_at_s"] == 0.0
     assert sum(r["num_preemptions"] for r in rows) >= 1
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_sglang_runs_prompt_chunks_ahead_of_the_decodes(run_mapping, fast_forward):
+    # budget 10: A's prompt (8) at t=0, A decodes at t=1 and t=2; B (25 tokens) arrives at 2.5 and its
+    # chunks of 10, 10, 5 run alone at t=3, 4, 5 while A pauses; then both decode (B done at 7, A at 8)
+    raw = explicit_scenario(
+        [(0.0, 8, 5), (2.5, 25, 2)],
+        policy="sglang",
+        scheduler={"max_num_batched_tokens": 10},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    assert times(result) == [(0.0, 1.0, 8.0), (3.0, 6.0, 7.0)]
+    steps = [(s["started_at_s"], s["num_prefill_tokens"], s["num_decode_tokens"]) for s in read_steps(result)]
+    assert [s for s in steps if 3.0 <= s[0] < 6.0] == [(3.0, 10, 0), (4.0, 10, 0), (5.0, 5, 0)]

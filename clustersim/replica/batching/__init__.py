@@ -11,6 +11,7 @@ from clustersim.registry import Registry
 from clustersim.replica.batching.base import BatchingPolicy, PolicyBase, StepBuilder, StepLimits
 from clustersim.replica.batching.chunked_prefill import ChunkedPrefill
 from clustersim.replica.batching.continuous import Continuous
+from clustersim.replica.batching.sglang import SGLang
 from clustersim.replica.batching.static import Static
 from clustersim.replica.batching.trtllm import (
     TrtllmMaxUtilization,
@@ -33,6 +34,7 @@ POLICIES: Registry[type[BatchingPolicy]] = Registry(
         (TrtllmNoEvictChunked.kind, TrtllmNoEvictChunked),
         (TrtllmMaxUtilization.kind, TrtllmMaxUtilization),
         (TrtllmMaxUtilizationChunked.kind, TrtllmMaxUtilizationChunked),
+        (SGLang.kind, SGLang),
     ],
 )
 
