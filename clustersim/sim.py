@@ -82,7 +82,8 @@ def simulate(plan: RunPlan, log: RunLog, clock: Clock, workload_data: dict[str, 
 
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
     start_workload(
-        Traffic(clock, scenario.seed, workload_data, budget, dispatch, completions), scenario.workload.tenants
+        Traffic(clock, scenario.seed, workload_data, budget, dispatch, completions, scenario.kv.prefix_block_tokens),
+        scenario.workload.tenants,
     )
     with _few_collections():
         if scenario.stop.horizon_s is not None:

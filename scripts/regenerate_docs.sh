@@ -35,6 +35,11 @@ clustersim compare static-batch-wait --vary scheduler.batch_wait_s=0,1,4 \
 # docs/kv-memory.md: prefix caching with affinity, paged vs contiguous
 clustersim compare mooncake-conv-replay --vary 'router={kind: least_outstanding},{kind: affinity, prefix_blocks: 2}' \
   --columns "prefix hit %,TTFT p50 ms,TTFT p99 ms,SLO met %" --out "$out/prefix" --doc docs/kv-memory.md#prefix
+clustersim compare prefix-burst --vary kv.prefix_caching=true,false \
+  --columns "prefix hit %,TTFT p50 ms,TTFT p99 ms,out tok/s" --out "$out/burst" --doc docs/kv-memory.md#prefix-burst
+clustersim compare multi-turn-chat --vary kv.prefix_caching=true,false \
+  --columns "prefix hit %,TTFT p50 ms,TTFT p99 ms,ITL p99 ms,SLO met %,out tok/s" --out "$out/multi-turn" \
+  --doc docs/kv-memory.md#multi-turn
 KV="KV stored of used %,KV waste %,mean batch,out tok/s,TTFT p99 ms,SLO met %"
 clustersim compare kv-paged --vary kv.allocator=paged,contiguous --vary workload.tenants.0.arrival.rate_per_s=4,6 \
   --columns "$KV" --out "$out/kv" --doc docs/kv-memory.md#paged-vs-contiguous

@@ -41,7 +41,13 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
 
 CLOSED_LOOP = {
     "name": "users",
-    "arrival": {"kind": "closed_loop", "num_users": 3, "think_time": {"kind": "fixed", "time_s": 0.0}},
+    "arrival": {
+        "kind": "closed_loop",
+        "num_users": 3,
+        "think_time": {"kind": "fixed", "time_s": 0.0},
+        "turns_per_conversation": 3,
+        "max_context_tokens": 600,
+    },
     "prompt_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 200},
     "output_tokens": {"kind": "uniform", "min_tokens": 1, "max_tokens": 40},
 }

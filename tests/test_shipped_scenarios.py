@@ -43,3 +43,14 @@ def test_streaming_smoothness_shows_what_tpot_hides(tmp_path: Path):
     # vLLM V1 with an 8,192-token budget mixes decodes into the document steps: shorter stalls, still stalls
     v1 = run_scenario(load_scenario(path, ["scheduler.policy=vllm_v1"]), tmp_path / "v1").summary["tenants"]["chat"]
     assert 0.1 < v1["itl_s"]["p99"] < v0["itl_s"]["p99"]
+
+
+@pytest.mark.parametrize(("name", "at_least"), [("prefix-burst", 0.8), ("multi-turn-chat", 0.6)])
+def test_prefix_caching_pays_in_the_burst_and_multi_turn_examples(tmp_path: Path, name: str, at_least: float):
+    """A shared system prompt is reused as soon as the first prompts computed it; a conversation's history
+    is reused by its next turn. Without caching, the same traffic waits much longer for its first token."""
+    path = SCENARIOS / f"{name}.yaml"
+    cached = run_scenario(load_scenario(path), tmp_path / "on").summary
+    uncached = run_scenario(load_scenario(path, ["kv.prefix_caching=false"]), tmp_path / "off").summary
+    assert cached["kv"]["prefix_hit_rate"] >= at_least
+    assert cached["ttft_s"]["p99"] < 0.5 * uncached["ttft_s"]["p99"]

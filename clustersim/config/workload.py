@@ -249,12 +249,20 @@ class ClosedLoopArrivals(StrictModel):
     User ``u`` (0-based) sends its first request at ``u * ramp_up_s / num_users``; when a request ends
     (completed or rejected) its user thinks for ``think_time`` and sends the next. Each user is a
     session (for affinity routing).
+
+    ``turns_per_conversation`` > 1 makes each user's requests multi-turn chats: a turn's prompt is the
+    previous turn's prompt and output followed by a new message (drawn from the tenant's
+    ``prompt_tokens``), so with prefix caching it reuses the conversation so far. A new conversation
+    starts after that many turns, or earlier when the next turn's prompt and output would exceed
+    ``max_context_tokens``.
     """
 
     kind: Literal["closed_loop"]
     num_users: PositiveInt
     think_time: ThinkTime
     ramp_up_s: NonNegativeFloat = 0.0
+    turns_per_conversation: PositiveInt = 1
+    max_context_tokens: PositiveInt | None = None
 
     @property
     def is_finite(self) -> bool:

@@ -97,7 +97,8 @@ class KVManager:
         bs = self.block_size_tokens
         if request.prefix_hash_ids:
             seg_tokens = self.spec.prefix_block_tokens
-            full = request.prompt_tokens // seg_tokens
+            tokens = request.prompt_tokens + (request.output_tokens - 1 if request.ids_cover_output else 0)
+            full = tokens // seg_tokens
             return [(("hash", h), seg_tokens // bs) for h in request.prefix_hash_ids[:full]]
         shared = min(self.spec.shared_prefix_tokens.get(request.tenant, 0), request.prompt_tokens) // bs
         # keyed by its length too: a prompt shorter than the system prompt holds only its leading part

@@ -33,6 +33,9 @@ class Lengths(Protocol):
     @property
     def prefix_hash_ids(self) -> tuple[int, ...]: ...
 
+    @property
+    def ids_cover_output(self) -> bool: ...
+
 
 class KVSequence:
     """A sequence holding KV memory.

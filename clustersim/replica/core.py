@@ -316,7 +316,8 @@ class Core:
 
     def vacate(self, seat: Seat, last_index: int) -> Request:
         """Free a seat and the blocks it held after decode step ``last_index``."""
-        computed = seat.cached_tokens + (seat.prefill_tokens if seat.decoding else seat.done_tokens)
+        # a decoding seat has computed its KV tokens (prompt and output so far); a prefilling one its chunks
+        computed = seat.kv_offset + last_index if seat.decoding else seat.cached_tokens + seat.done_tokens
         self.kv.vacate(seat, last_index, computed)
         self.seats.remove(seat)
         return seat.request

@@ -17,7 +17,9 @@ class Request:
 
     From the arrival process: ``session_id`` (a session within the tenant: a closed-loop user, or a
     trace's session column; -1 if none) and ``prefix_hash_ids`` (ids of the prompt's leading blocks
-    from a Mooncake trace: equal ids mean a shared prefix; empty if unknown).
+    from a Mooncake trace: equal ids mean a shared prefix; empty if unknown). ``ids_cover_output``:
+    the ids go on over the output's blocks too (a conversation turn, whose output the next turn's
+    prompt repeats), so those blocks are cached when it finishes.
     """
 
     __slots__ = (
@@ -25,6 +27,7 @@ class Request:
         "finished_at_s",
         "first_scheduled_at_s",
         "first_token_at_s",
+        "ids_cover_output",
         "last_token_at_s",
         "max_itl_s",
         "num_cached_prompt_tokens",
@@ -51,6 +54,7 @@ class Request:
         *,
         session_id: int = -1,
         prefix_hash_ids: tuple[int, ...] = (),
+        ids_cover_output: bool = False,
     ) -> None:
         self.request_id = request_id
         self.tenant = tenant
@@ -59,6 +63,7 @@ class Request:
         self.output_tokens = output_tokens
         self.session_id = session_id
         self.prefix_hash_ids = prefix_hash_ids
+        self.ids_cover_output = ids_cover_output
         self.replica = -1
         self.first_scheduled_at_s = math.nan
         self.first_token_at_s = math.nan

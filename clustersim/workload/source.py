@@ -8,6 +8,7 @@ the users that a request ended through :class:`Completions` (``notify`` from its
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,7 @@ from clustersim.workload.arrivals import (
     closed_loop_draws,
     tenant_arrivals,
 )
+from clustersim.workload.conversation import Conversation
 from clustersim.workload.request import Request
 from clustersim.workload.traces import TenantData
 
@@ -115,8 +117,10 @@ def closed_loop_user(
     budget: RequestBudget,
     dispatch: Dispatch,
     completions: Completions,
+    conversation: Conversation | None = None,
 ) -> Generator[simpy.Event, Any, None]:
-    """One user: its first request at ``start_s``, then each a think time after the previous one ended.
+    """One user: its first request at ``start_s``, then each a think time after the previous one ended
+    (with ``conversation``, each a turn of a multi-turn chat).
 
     Raises :class:`ClusterSimError` if the user's requests are rejected :data:`MAX_INSTANT_REJECTIONS`
     times in a row at one instant (zero think time and lengths no replica can serve): time would
@@ -131,10 +135,19 @@ def closed_loop_user(
         request_id = budget.take(env.now)
         if request_id is None:
             return
-        request = Request(request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user)
+        if conversation is None:
+            request = Request(request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user)
+        else:
+            prompt_tokens, ids = conversation.next_turn(prompt_tokens, output_tokens)
+            request = Request(
+                request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user,
+                prefix_hash_ids=ids, ids_cover_output=True,
+            )  # fmt: skip
         ended = completions.expect(request)
         dispatch(request)
         yield ended
+        if conversation is not None:
+            conversation.ended(prompt_tokens, output_tokens, request.status == "completed")
         delay_s = think_s
         rejected_now = request.status == "rejected" and request.arrival_at_s == env.now and think_s == 0
         num_instant_rejections = num_instant_rejections + 1 if rejected_now else 0
@@ -156,6 +169,8 @@ class Traffic:
     budget: RequestBudget
     dispatch: Dispatch
     completions: Completions
+    prefix_block_tokens: int = 512  # tokens a conversation's block id stands for (the scenario's kv setting)
+    conversation_ids: Iterator[int] = field(default_factory=itertools.count)
 
 
 def _start_stream(traffic: Traffic, tenant: Tenant) -> None:
@@ -174,9 +189,25 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
     num_started = arrival.num_users if max_requests is None else min(arrival.num_users, max_requests)
     for user in range(num_started):
         start_s = user * arrival.ramp_up_s / arrival.num_users
+        conversation = None
+        if arrival.turns_per_conversation > 1:
+            conversation = Conversation(
+                arrival.turns_per_conversation,
+                arrival.max_context_tokens,
+                traffic.prefix_block_tokens,
+                traffic.conversation_ids,
+            )
         env.process(
             closed_loop_user(
-                env, tenant.name, user, start_s, draws, traffic.budget, traffic.dispatch, traffic.completions
+                env,
+                tenant.name,
+                user,
+                start_s,
+                draws,
+                traffic.budget,
+                traffic.dispatch,
+                traffic.completions,
+                conversation,
             )
         )
 

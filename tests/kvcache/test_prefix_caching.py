@@ -103,3 +103,46 @@ def test_two_prompts_computing_one_prefix_together_keep_one_copy(run_mapping, fa
     steps = read_steps(result)
     # 2 cached blocks + A and B's own block each (+ growth), never two copies of the prompt after step 0
     assert steps[1]["kv_used_blocks"] == 2 + 2
+
+
+def conversation(turns: int, **arrival) -> dict:
+    raw = explicit_scenario(
+        [(0.0, 8, 2)],
+        kv={"block_size_tokens": 16, "num_blocks": 200, "prefix_caching": True, "prefix_block_tokens": 16},
+    )
+    raw["workload"] = {
+        "tenants": [
+            {
+                "name": "chat",
+                "arrival": {
+                    "kind": "closed_loop",
+                    "num_users": 1,
+                    "think_time": {"kind": "fixed", "time_s": 0.0},
+                    "turns_per_conversation": turns,
+                    **arrival,
+                },
+                "prompt_tokens": {"kind": "fixed", "tokens": 20},
+                "output_tokens": {"kind": "fixed", "tokens": 12},
+            }
+        ]
+    }
+    raw["stop"] = {"max_requests": 4}
+    return raw
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_each_turn_of_a_conversation_reuses_the_history_cached_so_far(run_mapping, fast_forward):
+    # turn prompts 20, 32 + 20, 64 + 20: the KV of turn k holds prompt + 11 output tokens (31, 63), of which
+    # the full 16-token blocks (16, 48) are cached for the next turn, as vLLM caches full blocks only
+    raw = conversation(3)
+    raw["simulation"] = {"fast_forward": fast_forward}
+    rows = read_requests(run_mapping(raw))
+    assert [r["prompt_tokens"] for r in rows] == [20, 52, 84, 20]  # the 4th starts a new conversation
+    assert [r["num_cached_prompt_tokens"] for r in rows] == [0, 16, 48, 0]
+    assert all(r["status"] == "completed" for r in rows)
+
+
+def test_a_conversation_restarts_before_its_context_would_exceed_the_limit(run_mapping):
+    rows = read_requests(run_mapping(conversation(10, max_context_tokens=70)))
+    # 20 + 12 = 32; 52 + 12 = 64; the third (84 + 12 > 70) starts a new conversation
+    assert [r["prompt_tokens"] for r in rows] == [20, 52, 20, 52]
