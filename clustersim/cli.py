@@ -23,7 +23,7 @@ from clustersim.bench import (
     machine_description,
     run_in_child,
 )
-from clustersim.compare import compare, format_markdown, select_columns, write_csv
+from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_columns, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
@@ -76,13 +76,35 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value * scale:.{digits}f}"
 
 
+def format_window(window: dict[str, Any]) -> str:
+    """One line saying which requests a windowed summary measures."""
+    settings = [
+        f"{label} {window[key]:g}{unit}"
+        for key, label, unit in (
+            ("warmup_s", "warmup", " s"),
+            ("cooldown_s", "cooldown", " s"),
+            ("warmup_requests", "warmup", " requests"),
+            ("cooldown_requests", "cooldown", " requests"),
+        )
+        if window[key]
+    ]
+    until = "the last" if window["to_arrival_s"] is None else f"{window['to_arrival_s']:.3f} s"
+    return (
+        f"window ({', '.join(settings)}): {window['num_measured']} requests measured, arriving from "
+        f"{_fmt(window['from_arrival_s'])} s to {until}; {window['num_excluded']} left out of every figure "
+        f"below but busy, batch, KV and preemptions; throughput over their {window['span_s']:.3f} s"
+    )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short, aligned text table of a run's summary."""
     counts = summary["num_requests"]
-    lines = [
-        f"scenario {summary['scenario']}  seed {summary['seed']}  makespan {summary['makespan_s']:.3f} s",
-        f"requests: {counts['arrived']} arrived, {counts['completed']} completed, "
-        f"{counts['rejected']} rejected, {counts['unfinished']} unfinished",
+    lines = [f"scenario {summary['scenario']}  seed {summary['seed']}  makespan {summary['makespan_s']:.3f} s"]
+    if "window" in summary:
+        lines.append(format_window(summary["window"]))
+    lines += [
+        f"{'measured requests' if 'window' in summary else 'requests'}: {counts['arrived']} arrived, "
+        f"{counts['completed']} completed, {counts['rejected']} rejected, {counts['unfinished']} unfinished",
         f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
     rows = (
@@ -246,6 +268,8 @@ def compare_command(
     except ClusterSimError as exc:
         fail(str(exc))
         return
+    if columns is None and any(WINDOW_LABEL in row for row in rows):
+        chosen.insert(1, WINDOW_LABEL)  # the counts and figures that follow are the measured requests'
     write_csv(rows, out_dir / "comparison.csv")
     table = format_markdown(rows, chosen)
     click.echo(table)
