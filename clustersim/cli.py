@@ -88,11 +88,12 @@ def format_window(window: dict[str, Any]) -> str:
         )
         if window[key]
     ]
-    until = "the last" if window["to_arrival_s"] is None else f"{window['to_arrival_s']:.3f} s"
+    arriving = ""
+    if window["num_measured"]:
+        arriving = f" (arriving {window['first_measured_arrival_s']:.3f}-{window['last_measured_arrival_s']:.3f} s)"
     return (
-        f"window ({', '.join(settings)}): {window['num_measured']} requests measured, arriving from "
-        f"{_fmt(window['from_arrival_s'])} s to {until}; {window['num_excluded']} left out of every figure "
-        f"below but busy, batch, KV and preemptions; throughput over their {window['span_s']:.3f} s"
+        f"window ({', '.join(settings)}): {window['num_measured']} requests measured{arriving}, "
+        f"{window['num_excluded']} left out"
     )
 
 
@@ -119,9 +120,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         row = summary[name]
         lines.append(f"{label:<10}" + "".join(f"{_fmt(row[k], 1e3, 1):>10}" for k in ("mean", "p50", "p90", "p99")))
     replicas = summary["replicas"]
+    over = ";"
+    if "window" in summary:
+        over = f" (measured, over their {summary['window']['span_s']:.3f} s of arrivals); whole run:"
     lines.append(
         f"throughput: {_fmt(summary['output_tokens_per_s'], digits=1)} output tok/s, "
-        f"{_fmt(summary['requests_per_s'], digits=2)} req/s; busy {_fmt(replicas['mean_busy_frac'], 100, 1)}%, "
+        f"{_fmt(summary['requests_per_s'], digits=2)} req/s{over} busy {_fmt(replicas['mean_busy_frac'], 100, 1)}%, "
         f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
         f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
     )

@@ -66,7 +66,8 @@ class RequestTotals:
     def __init__(self, num_rows: int, tenants: Sequence[str] = ()) -> None:
         self.num_rows = num_rows
         self.num_arrived = 0
-        self.earliest_arrival_s: float | None = None
+        self.earliest_arrival_s: float | None = None  # of the requests added
+        self.latest_arrival_s: float | None = None
         self._seen = np.zeros(num_rows, dtype=bool)
         self.bad_ids = False
         self.num_other_status = 0
@@ -118,9 +119,11 @@ class RequestTotals:
         if batch.num_rows == 0:
             return
         self.num_arrived += batch.num_rows
-        earliest = pc.min(batch.column("arrival_at_s")).as_py()
-        if self.earliest_arrival_s is None or earliest < self.earliest_arrival_s:
-            self.earliest_arrival_s = earliest
+        earliest, latest = pc.min_max(batch.column("arrival_at_s")).values()
+        if self.earliest_arrival_s is None or earliest.as_py() < self.earliest_arrival_s:
+            self.earliest_arrival_s = earliest.as_py()
+        if self.latest_arrival_s is None or latest.as_py() > self.latest_arrival_s:
+            self.latest_arrival_s = latest.as_py()
         status = self._statuses(batch)
         done = status["completed"]
         self._check_ids(_ints(batch, "request_id"))

@@ -100,7 +100,7 @@ def _run_into(
     gaps = gap_bins_of(out_dir / "itl.parquet")
     measured = None
     if window is not None:
-        measured = measured_requests(out_dir, window, requests, plan.scenario.stop.horizon_s)
+        measured = measured_requests(out_dir, window, requests)
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
         measured_logs = (measured.gaps, measured.requests) if measured is not None else None
@@ -116,16 +116,14 @@ def _run_into(
     return RunResult(out_dir, summary)
 
 
-def measured_requests(
-    out_dir: Path, window: ArrivalWindow, requests: RequestTotals, horizon_s: float | None
-) -> Measured:
+def measured_requests(out_dir: Path, window: ArrivalWindow, requests: RequestTotals) -> Measured:
     """The measured requests of a run folder written with ``window``: their totals and gap bins, and
-    the summary's ``window`` block. Their throughput is over their span: from the first measured
-    arrival to the last measured request's end (completion, or arrival if rejected; the horizon if
-    one was still in flight there)."""
+    the summary's ``window`` block. Their throughput is per second of their arrivals' span, from the
+    first measured arrival to the last: the rate at which the steady load asks for tokens, which a
+    cluster that keeps up delivers (one that does not shows it in its latencies)."""
     totals = RequestTotals.of(out_dir / "requests.parquet", measured_only=True, tenants=requests.tenants)
-    start_s = totals.earliest_arrival_s
-    span_s = totals.makespan_s(horizon_s) - start_s if start_s is not None else 0.0
+    first_s, last_s = totals.earliest_arrival_s, totals.latest_arrival_s
+    span_s = last_s - first_s if first_s is not None and last_s is not None else 0.0
     first_arrival_s = requests.earliest_arrival_s
     block = {
         **window.metrics.model_dump(),
@@ -135,6 +133,8 @@ def measured_requests(
         "to_request": window.end_index - 1 if window.end_index is not None else None,
         "num_measured": totals.num_arrived,
         "num_excluded": requests.num_arrived - totals.num_arrived,
+        "first_measured_arrival_s": first_s,
+        "last_measured_arrival_s": last_s,
         "span_s": span_s,
     }
     return Measured(totals, gap_bins_of(out_dir / "itl.parquet", measured_only=True), span_s, block)
