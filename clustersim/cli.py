@@ -24,7 +24,7 @@ from clustersim.bench import (
     run_in_child,
 )
 from clustersim.calibration.command import calibrate
-from clustersim.compare import compare, format_markdown, select_columns, write_csv
+from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_columns, write_csv
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
@@ -77,13 +77,36 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value * scale:.{digits}f}"
 
 
+def format_window(window: dict[str, Any]) -> str:
+    """One line saying which requests a windowed summary measures."""
+    settings = [
+        f"{label} {window[key]:g}{unit}"
+        for key, label, unit in (
+            ("warmup_s", "warmup", " s"),
+            ("cooldown_s", "cooldown", " s"),
+            ("warmup_requests", "warmup", " requests"),
+            ("cooldown_requests", "cooldown", " requests"),
+        )
+        if window[key]
+    ]
+    arriving = ""
+    if window["num_measured"]:
+        arriving = f" (arriving {window['first_measured_arrival_s']:.3f}-{window['last_measured_arrival_s']:.3f} s)"
+    return (
+        f"window ({', '.join(settings)}): {window['num_measured']} requests measured{arriving}, "
+        f"{window['num_excluded']} left out"
+    )
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short, aligned text table of a run's summary."""
     counts = summary["num_requests"]
-    lines = [
-        f"scenario {summary['scenario']}  seed {summary['seed']}  makespan {summary['makespan_s']:.3f} s",
-        f"requests: {counts['arrived']} arrived, {counts['completed']} completed, "
-        f"{counts['rejected']} rejected, {counts['unfinished']} unfinished",
+    lines = [f"scenario {summary['scenario']}  seed {summary['seed']}  makespan {summary['makespan_s']:.3f} s"]
+    if "window" in summary:
+        lines.append(format_window(summary["window"]))
+    lines += [
+        f"{'measured requests' if 'window' in summary else 'requests'}: {counts['arrived']} arrived, "
+        f"{counts['completed']} completed, {counts['rejected']} rejected, {counts['unfinished']} unfinished",
         f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
     rows = (
@@ -98,9 +121,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         row = summary[name]
         lines.append(f"{label:<10}" + "".join(f"{_fmt(row[k], 1e3, 1):>10}" for k in ("mean", "p50", "p90", "p99")))
     replicas = summary["replicas"]
+    over = ";"
+    if "window" in summary:
+        over = f" (measured, over their {summary['window']['span_s']:.3f} s of arrivals); whole run:"
     lines.append(
         f"throughput: {_fmt(summary['output_tokens_per_s'], digits=1)} output tok/s, "
-        f"{_fmt(summary['requests_per_s'], digits=2)} req/s; busy {_fmt(replicas['mean_busy_frac'], 100, 1)}%, "
+        f"{_fmt(summary['requests_per_s'], digits=2)} req/s{over} busy {_fmt(replicas['mean_busy_frac'], 100, 1)}%, "
         f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
         f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
     )
@@ -247,6 +273,8 @@ def compare_command(
     except ClusterSimError as exc:
         fail(str(exc))
         return
+    if columns is None and any(WINDOW_LABEL in row for row in rows):
+        chosen.insert(1, WINDOW_LABEL)  # the counts and figures that follow are the measured requests'
     write_csv(rows, out_dir / "comparison.csv")
     table = format_markdown(rows, chosen)
     click.echo(table)

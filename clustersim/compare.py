@@ -44,6 +44,8 @@ COLUMNS = (
     ("KV stored of used %", "kv.stored_of_used_frac", 100.0),
     ("prefix hit %", "kv.prefix_hit_rate", 100.0),
 )
+# with a measurement window (the scenario's metrics): how many requests the row's figures are over
+WINDOW_LABEL, WINDOW_KEY = "measured", "window.num_measured"
 
 
 @dataclass(frozen=True)
@@ -124,14 +126,20 @@ def compare(
         for label, key, scale in COLUMNS[1:]:
             value = _lookup(summary, key)
             row[label] = value * scale if value is not None and scale is not None else value
+        if "window" in summary:
+            row[WINDOW_LABEL] = _lookup(summary, WINDOW_KEY)
         rows.append(row)
     return rows, out_dir
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """The rows as CSV: every column, and ``measured`` second when a variant has a measurement window."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    labels = [c[0] for c in COLUMNS]
+    if any(WINDOW_LABEL in row for row in rows):
+        labels.insert(1, WINDOW_LABEL)
     with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=[c[0] for c in COLUMNS])
+        writer = csv.DictWriter(handle, fieldnames=labels)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -141,6 +149,7 @@ def select_columns(text: str | None) -> list[str]:
     labels = [c[0] for c in COLUMNS]
     if not text:
         return labels
+    labels.append(WINDOW_LABEL)
     chosen = [label.strip() for label in text.split(",") if label.strip()]
     for label in chosen:
         if label not in labels:
@@ -155,7 +164,7 @@ def format_markdown(rows: list[dict[str, Any]], labels: Sequence[str] | None = N
     for row in rows:
         cells = []
         for label in labels:
-            value = row[label]
+            value = row.get(label)  # None: a column a variant lacks (measured, without a window)
             if value is None:
                 cells.append("-")
             elif isinstance(value, float):

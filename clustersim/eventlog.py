@@ -25,13 +25,17 @@ class TableWriter:
     """Buffers rows and streams them to ``path`` one record batch at a time.
 
     The file is written as ``<path>.partial`` and renamed into place by :meth:`close`, so a
-    reader never sees a half-written file under the final name.
+    reader never sees a half-written file under the final name. ``measured``: rows end with the
+    :data:`~clustersim.records.MEASURED` flag.
     """
 
-    def __init__(self, path: Path, record: type[tuple[Any, ...]], metadata: dict[str, str]) -> None:
+    def __init__(
+        self, path: Path, record: type[tuple[Any, ...]], metadata: dict[str, str], measured: bool = False
+    ) -> None:
         self.path = path
-        self._dtypes = numpy_dtypes_of(record)
-        self.schema = schema_of(record).with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
+        self._dtypes = numpy_dtypes_of(record) + ((np.bool_,) if measured else ())
+        schema = schema_of(record, measured)
+        self.schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
         self._partial = path.with_name(path.name + ".partial")
         self._writer = pq.ParquetWriter(self._partial, self.schema, compression="zstd")
         self._rows: list[tuple[Any, ...]] = []
@@ -67,26 +71,34 @@ class TableWriter:
 
 
 class RunLog:
-    """The run's event logs: one row per request, one per scheduler iteration (or run), and its KV ledger."""
+    """The run's event logs: one row per request, one per scheduler iteration (or run), and its KV ledger.
 
-    def __init__(self, out_dir: Path, metadata: dict[str, str]) -> None:
-        self.requests = TableWriter(out_dir / "requests.parquet", RequestRecord, metadata)
+    ``measured``: the run has a measurement window; the request and gap rows say which are measured.
+    """
+
+    def __init__(self, out_dir: Path, metadata: dict[str, str], measured: bool = False) -> None:
+        self.measured = measured
+        self.requests = TableWriter(out_dir / "requests.parquet", RequestRecord, metadata, measured)
         self.steps = TableWriter(out_dir / "steps.parquet", StepRecord, metadata)
         self.memory = TableWriter(out_dir / "memory.parquet", MemoryRecord, metadata)
         self.gaps = GapHistogram()  # every replica's inter-token gaps, written as itl.parquet at the close
-        self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata)
+        self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata, measured)
 
     def record_request(self, request: Request) -> None:
         """Write a request's final record (called once, when it completes, is rejected, or the run ends)."""
-        self.requests.append(RequestRecord.of(request))
+        if self.measured:
+            self.requests.append((*RequestRecord.of(request), request.gap_key[1]))
+        else:
+            self.requests.append(RequestRecord.of(request))
 
     def close(self) -> None:
         self.requests.close()
         self.steps.close()
         self.memory.close()
-        for tenant, index, count, total_s, low_s, high_s in self.gaps.rows():
+        for tenant, measured, index, count, total_s, low_s, high_s in self.gaps.rows():
             lower_s, upper_s = bin_edges_s(index)
-            self._gaps_writer.append(GapRecord(tenant, index, lower_s, upper_s, count, total_s, low_s, high_s))
+            record = GapRecord(tenant, index, lower_s, upper_s, count, total_s, low_s, high_s)
+            self._gaps_writer.append((*record, measured) if self.measured else record)
         self._gaps_writer.close()
 
     def abort(self) -> None:

@@ -88,19 +88,22 @@ def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals
     return problems
 
 
-def check_gaps(gaps: Mapping[str, dict[int, list[float]]], requests: RequestTotals) -> list[str]:
+def check_gaps(gaps: Mapping[str, dict[int, list[float]]], requests: RequestTotals, which: str = "") -> list[str]:
     """Inter-token gaps conserved: ``itl.parquet`` holds one gap per token after each request's
-    first, and its greatest gap is the greatest request's."""
+    first, and its greatest gap is the greatest request's. ``which``: ``"measured "`` when ``gaps``
+    and ``requests`` are a measurement window's (its gaps were counted apart as the run went)."""
     bins = GapBins.merged(gaps.values())
     problems = []
     if bins.num_gaps != requests.num_gaps:
         problems.append(
-            f"gap conservation: itl.parquet holds {bins.num_gaps} gaps, the requests' tokens make {requests.num_gaps}"
+            f"gap conservation: itl.parquet holds {bins.num_gaps} {which}gaps, the {which}requests' tokens make "
+            f"{requests.num_gaps}"
         )
     greatest = max(bins.maxs_s) if bins.num_gaps else -np.inf
     if greatest != requests.max_itl_s:
         problems.append(
-            f"the greatest gap in itl.parquet ({greatest}) is not the greatest request's ({requests.max_itl_s})"
+            f"the greatest {which}gap in itl.parquet ({greatest}) is not the greatest {which}request's "
+            f"({requests.max_itl_s})"
         )
     return problems
 
@@ -123,8 +126,13 @@ def check_run(
     replicas: list[ReplicaEndState],
     memory: pa.Table | MemoryTotals | None = None,
     gaps: Mapping[str, dict[int, list[float]]] | None = None,
+    measured: tuple[Mapping[str, dict[int, list[float]]], RequestTotals] | None = None,
 ) -> None:
-    """Raise :class:`InvariantViolation` listing every broken invariant of a finished run."""
+    """Raise :class:`InvariantViolation` listing every broken invariant of a finished run.
+
+    ``measured``: with a measurement window, the measured requests' gap bins and totals (their gaps
+    are conserved too).
+    """
     if isinstance(requests, pa.Table):
         requests = RequestTotals.of(requests)
     problems = check_requests(requests) + check_steps(steps, requests, scenario)
@@ -132,6 +140,8 @@ def check_run(
         problems += check_memory(memory)
     if gaps is not None:
         problems += check_gaps(gaps, requests)
+    if measured is not None:
+        problems += check_gaps(*measured, "measured ")
     for index, replica in enumerate(replicas):
         if replica.kv_used_blocks != replica.kv_blocks_of_running:
             problems.append(

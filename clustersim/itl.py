@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from clustersim.cost.base import DecodeStepShape
 from clustersim.cost.runs import run_duration_s
+from clustersim.workload.request import GapKey
 
 BINS_PER_OCTAVE = 128
 ZERO_BIN = -(2**31)  # gaps of 0 s (never seen in practice) and below
@@ -127,16 +128,16 @@ def _last_below(
 
 
 class GapHistogram:
-    """Binned gaps per tenant: ``{tenant: {bin: [count, sum_s, min_s, max_s]}}``."""
+    """Binned gaps per key ``(tenant, measured)``: ``{key: {bin: [count, sum_s, min_s, max_s]}}``."""
 
     def __init__(self) -> None:
-        self.tenants: dict[str, dict[int, list[float]]] = {}
+        self.keys: dict[GapKey, dict[int, list[float]]] = {}
 
-    def add(self, tenant: str, ranges: Iterable[BinRange], weight: int = 1) -> None:
-        """Count each range's gaps ``weight`` times (one per sequence that saw them) for ``tenant``."""
-        bins = self.tenants.get(tenant)
+    def add(self, key: GapKey, ranges: Iterable[BinRange], weight: int = 1) -> None:
+        """Count each range's gaps ``weight`` times (one per sequence that saw them) under ``key``."""
+        bins = self.keys.get(key)
         if bins is None:
-            bins = self.tenants[tenant] = {}
+            bins = self.keys[key] = {}
         for index, count, total_s, low_s, high_s in ranges:
             entry = bins.get(index)
             if entry is None:
@@ -149,11 +150,11 @@ class GapHistogram:
                 if high_s > entry[3]:
                     entry[3] = high_s
 
-    def add_gap(self, tenant: str, gap_s: float, weight: int = 1) -> None:
-        """Count one gap ``weight`` times for ``tenant`` (:meth:`add` of a single gap, without the tuples)."""
-        bins = self.tenants.get(tenant)
+    def add_gap(self, key: GapKey, gap_s: float, weight: int = 1) -> None:
+        """Count one gap ``weight`` times under ``key`` (:meth:`add` of a single gap, without the tuples)."""
+        bins = self.keys.get(key)
         if bins is None:
-            bins = self.tenants[tenant] = {}
+            bins = self.keys[key] = {}
         if gap_s > 0.0:  # bin_of, inline (once per step)
             mantissa, exponent = math.frexp(gap_s)
             index = exponent * BINS_PER_OCTAVE + int((mantissa - 0.5) * (2 * BINS_PER_OCTAVE))
@@ -170,11 +171,11 @@ class GapHistogram:
         elif gap_s > entry[3]:
             entry[3] = gap_s
 
-    def rows(self) -> Iterator[tuple[str, int, int, float, float, float]]:
-        """``(tenant, bin, count, sum_s, min_s, max_s)`` sorted by tenant and bin."""
-        for tenant in sorted(self.tenants):
-            for index, (count, total_s, low_s, high_s) in sorted(self.tenants[tenant].items()):
-                yield tenant, index, int(count), total_s, low_s, high_s
+    def rows(self) -> Iterator[tuple[str, bool, int, int, float, float, float]]:
+        """``(tenant, measured, bin, count, sum_s, min_s, max_s)`` sorted by tenant, measured and bin."""
+        for key in sorted(self.keys):
+            for index, (count, total_s, low_s, high_s) in sorted(self.keys[key].items()):
+                yield key[0], key[1], index, int(count), total_s, low_s, high_s
 
 
 class SuffixMax:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from clustersim.records import LEDGER_CATEGORIES
+from clustersim.records import LEDGER_CATEGORIES, MEASURED
 
 BATCH_ROWS = 262_144
 
@@ -113,11 +113,22 @@ class MemoryTotals:
         self.peak_used_frac = max(self.peak_used_frac, peak)
 
 
-def gap_bins_of(source: pa.Table | Path) -> dict[str, dict[int, list[float]]]:
-    """``itl.parquet`` as ``{tenant: {bin: [num_gaps, sum_s, min_s, max_s]}}`` (a few rows per bin touched)."""
+def gap_bins_of(source: pa.Table | Path, measured_only: bool = False) -> dict[str, dict[int, list[float]]]:
+    """``itl.parquet`` as ``{tenant: {bin: [num_gaps, sum_s, min_s, max_s]}}`` (a few rows per bin touched).
+
+    A file written with a measurement window has a ``measured`` column: ``measured_only`` keeps the
+    measured requests' gaps, else a tenant's measured and unmeasured gaps of one bin are merged.
+    """
     table = source if isinstance(source, pa.Table) else pq.read_table(source)
+    if measured_only and MEASURED.name in table.column_names:
+        table = table.filter(table.column(MEASURED.name))
     columns = [table.column(name).to_pylist() for name in ("tenant", "bin", "num_gaps", "sum_s", "min_s", "max_s")]
     bins: dict[str, dict[int, list[float]]] = {}
     for tenant, index, count, sum_s, low_s, high_s in zip(*columns, strict=True):
-        bins.setdefault(tenant, {})[index] = [count, sum_s, low_s, high_s]
+        tenant_bins = bins.setdefault(tenant, {})
+        entry = tenant_bins.get(index)
+        if entry is None:
+            tenant_bins[index] = [count, sum_s, low_s, high_s]
+        else:
+            tenant_bins[index] = [entry[0] + count, entry[1] + sum_s, min(entry[2], low_s), max(entry[3], high_s)]
     return bins

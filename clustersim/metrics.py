@@ -10,6 +10,7 @@ SLO attainment. ``replicas.per_replica`` breaks the utilisation down by replica.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,7 @@ def _mixed_slo(
     block = _slo_block(
         slo.targets() if slo is not None else {},
         int(np.count_nonzero(met)),
-        requests.num_rows,
+        requests.num_arrived,
         makespan_s,
     )
     block["tenant_targets"] = {t: s.targets() for t, s in tenant_slos.items() if s is not None}
@@ -171,6 +172,18 @@ def _per_replica(requests: RequestTotals, steps: StepTotals, makespan_s: float) 
     ]
 
 
+@dataclass(frozen=True)
+class Measured:
+    """The requests inside a measurement window: their totals (:meth:`RequestTotals.of` with
+    ``measured_only``), their gap bins, the span their throughput is over, and the summary's
+    ``window`` block that says so."""
+
+    requests: RequestTotals
+    gaps: Mapping[str, dict[int, list[float]]]
+    span_s: float
+    window: dict[str, Any]
+
+
 def summarize(
     requests: pa.Table | RequestTotals,
     steps: pa.Table | StepTotals,
@@ -179,29 +192,36 @@ def summarize(
     slo: SLO | None,
     tenant_slos: Mapping[str, SLO | None] | None = None,
     gaps: Mapping[str, dict[int, list[float]]] | None = None,
+    measured: Measured | None = None,
 ) -> dict[str, Any]:
     """The run's ``summary.json``: request counts, latency percentiles, throughput, utilisation.
 
     ``tenant_slos``: each tenant's targets (its own, else ``slo``); when some differ from ``slo``,
     the run's ``slo`` block holds each request to its tenant's targets. ``gaps``: each tenant's
-    inter-token gap bins (``itl.parquet``; None: no gaps).
+    inter-token gap bins (``itl.parquet``; None: no gaps). ``measured``: with a measurement window,
+    every request figure (counts, latencies, gaps, throughput, SLO, fairness) is of the measured
+    requests, per second of their span; ``makespan_s`` and ``replicas`` stay the whole run's.
     """
     if isinstance(requests, pa.Table):
         requests = RequestTotals.of(requests)
     gaps = gaps or {}
     tenant_slos = dict(tenant_slos) if tenant_slos is not None else {}
-    overall = _request_summary(requests.overall(), GapBins.merged(gaps.values()), makespan_s, slo)
-    summary: dict[str, Any] = {"makespan_s": makespan_s, **overall}
+    figures, figure_gaps, span_s = requests, gaps, makespan_s
+    summary: dict[str, Any] = {"makespan_s": makespan_s}
+    if measured is not None:
+        figures, figure_gaps, span_s = measured.requests, measured.gaps, measured.span_s
+        summary["window"] = measured.window
+    summary.update(_request_summary(figures.overall(), GapBins.merged(figure_gaps.values()), span_s, slo))
     if any(s != slo for s in tenant_slos.values()):
-        summary["slo"] = _mixed_slo(requests, makespan_s, slo, tenant_slos)
+        summary["slo"] = _mixed_slo(figures, span_s, slo, tenant_slos)
     tenants = sorted(requests.tenants)
     if len(tenants) > 1:
         per_tenant = {
-            t: _request_summary(requests.of_tenant(t), GapBins(gaps.get(t, {})), makespan_s, tenant_slos.get(t, slo))
+            t: _request_summary(figures.of_tenant(t), GapBins(figure_gaps.get(t, {})), span_s, tenant_slos.get(t, slo))
             for t in tenants
         }
         summary["tenants"] = per_tenant
-        summary["fairness"] = _fairness(requests, tenants, per_tenant)
+        summary["fairness"] = _fairness(figures, tenants, per_tenant)
     if isinstance(steps, pa.Table):
         steps = StepTotals.of(steps, num_replicas)
     summary["replicas"] = _replicas(requests, steps, makespan_s, num_replicas)

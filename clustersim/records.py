@@ -7,7 +7,8 @@ per step or run: where the replica's KV capacity went (the ledger categories add
 ``capacity_bytes``); ``itl.parquet`` one :class:`GapRecord` per tenant and bin of inter-token
 gaps. Column names carry units. The simulator builds records in field order (hot
 paths: a comment names the field where the value does not), the writers store them as they are,
-and the analysis layer reads columns by these names.
+and the analysis layer reads columns by these names. With a measurement window (the scenario's
+``metrics``), ``requests.parquet`` and ``itl.parquet`` end with one more column, :data:`MEASURED`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import pyarrow as pa
 from clustersim.workload.request import Request
 
 I32, I64, F64, STR = pa.int32(), pa.int64(), pa.float64(), pa.string()
+# the last column of requests.parquet and itl.parquet with a measurement window: whether the request
+# (the request whose gaps the row counts) is measured by the summary; absent without a window
+MEASURED = pa.field("measured", pa.bool_())
 
 
 class RequestRecord(NamedTuple):
@@ -126,10 +130,12 @@ LEDGER_CATEGORIES = (
 )
 
 
-def schema_of(record: type[tuple[Any, ...]]) -> pa.Schema:
-    """The Parquet schema of a record type: its fields, in order, with their Arrow types."""
+def schema_of(record: type[tuple[Any, ...]], measured: bool = False) -> pa.Schema:
+    """The Parquet schema of a record type: its fields, in order, with their Arrow types (and
+    :data:`MEASURED` last if ``measured``)."""
     hints = get_type_hints(record, include_extras=True)
-    return pa.schema([(name, hints[name].__metadata__[0]) for name in record._fields])  # type: ignore[attr-defined]
+    schema = pa.schema([(name, hints[name].__metadata__[0]) for name in record._fields])  # type: ignore[attr-defined]
+    return schema.append(MEASURED) if measured else schema
 
 
 def numpy_dtypes_of(record: type[tuple[Any, ...]]) -> tuple[type[np.generic] | None, ...]:

@@ -8,6 +8,7 @@ holds about 60 bytes per completed request instead of the whole table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from clustersim.logstats import BATCH_ROWS, batches_of
-from clustersim.records import RequestRecord
+from clustersim.records import MEASURED, RequestRecord
 
 STATUSES = ("completed", "rejected", "unfinished")
 # every column but the text no check or figure needs (read a batch at a time, the rest stays on disk)
@@ -56,10 +57,17 @@ class RequestGroup:
 
 
 class RequestTotals:
-    """Totals of a requests log, accumulated batch by batch (:meth:`of` reads a table or a file)."""
+    """Totals of a requests log, accumulated batch by batch (:meth:`of` reads a table or a file).
 
-    def __init__(self, num_rows: int) -> None:
+    ``num_rows``: the log's requests (ids ``0..num_rows - 1``); ``num_arrived``: those added (all of
+    them, or the measured ones only).
+    """
+
+    def __init__(self, num_rows: int, tenants: Sequence[str] = ()) -> None:
         self.num_rows = num_rows
+        self.num_arrived = 0
+        self.earliest_arrival_s: float | None = None  # of the requests added
+        self.latest_arrival_s: float | None = None
         self._seen = np.zeros(num_rows, dtype=bool)
         self.bad_ids = False
         self.num_other_status = 0
@@ -78,7 +86,7 @@ class RequestTotals:
         self.latest_end_s: float | None = None
         self.routed = np.zeros(0, dtype=np.int64)
         self.completed_at = np.zeros(0, dtype=np.int64)
-        self.tenants: list[str] = []  # in order of first appearance
+        self.tenants: list[str] = list(tenants)  # in order of first appearance (after those given)
         self._tenant_rows = np.zeros(0, dtype=np.int64)
         self._tenant_counts: dict[str, NDArray[np.int64]] = {s: np.zeros(0, dtype=np.int64) for s in STATUSES}
         self._tenant_emitted = np.zeros(0, dtype=np.int64)
@@ -87,23 +95,35 @@ class RequestTotals:
         self._tenant_codes: list[NDArray[np.int32]] = []
 
     @classmethod
-    def of(cls, source: pa.Table | Path) -> RequestTotals:
-        """Totals of a requests table, or of a ``requests.parquet`` read a batch at a time."""
+    def of(cls, source: pa.Table | Path, measured_only: bool = False, tenants: Sequence[str] = ()) -> RequestTotals:
+        """Totals of a requests table, or of a ``requests.parquet`` read a batch at a time.
+
+        ``measured_only``: of the rows whose ``measured`` flag is set (a log written with a
+        measurement window). ``tenants``: listed first in :attr:`tenants` (those of the whole log,
+        so that a tenant without a measured request still has its entry).
+        """
+        columns = [*COLUMNS, MEASURED.name] if measured_only else list(COLUMNS)
         if isinstance(source, pa.Table):
-            num_rows, batches = source.num_rows, batches_of(source.select(list(COLUMNS)))
+            num_rows, batches = source.num_rows, batches_of(source.select(columns))
         else:
             file = pq.ParquetFile(source)
             num_rows = file.metadata.num_rows
-            batches = file.iter_batches(batch_size=BATCH_ROWS, columns=list(COLUMNS))
-        totals = cls(num_rows)
+            batches = file.iter_batches(batch_size=BATCH_ROWS, columns=columns)
+        totals = cls(num_rows, tenants)
         for batch in batches:
-            totals.add(batch)
+            totals.add(batch.filter(batch.column(MEASURED.name)) if measured_only else batch)
         totals.finish()
         return totals
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
+        self.num_arrived += batch.num_rows
+        earliest, latest = pc.min_max(batch.column("arrival_at_s")).values()
+        if self.earliest_arrival_s is None or earliest.as_py() < self.earliest_arrival_s:
+            self.earliest_arrival_s = earliest.as_py()
+        if self.latest_arrival_s is None or latest.as_py() > self.latest_arrival_s:
+            self.latest_arrival_s = latest.as_py()
         status = self._statuses(batch)
         done = status["completed"]
         self._check_ids(_ints(batch, "request_id"))
@@ -214,14 +234,14 @@ class RequestTotals:
         del self._seen
 
     def overall(self) -> RequestGroup:
-        return RequestGroup(self.num_rows, dict(self.counts), self.emitted_tokens, self.latencies)
+        return RequestGroup(self.num_arrived, dict(self.counts), self.emitted_tokens, self.latencies)
 
     def of_tenant(self, tenant: str) -> RequestGroup:
         code = self.tenants.index(tenant)
         mask = self.completed_tenants == code
         counts = {s: int(self._tenant_counts[s][code]) if code < self._tenant_counts[s].size else 0 for s in STATUSES}
         return RequestGroup(
-            int(self._tenant_rows[code]),
+            int(self._tenant_rows[code]) if code < self._tenant_rows.size else 0,
             counts,
             int(self._tenant_emitted[code]) if code < self._tenant_emitted.size else 0,
             {name: values[mask] for name, values in self.latencies.items()},

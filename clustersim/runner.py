@@ -1,6 +1,8 @@
 """Run one scenario into a folder: plan it, simulate it, check the invariants, write the summary.
 
-The folder holds ``requests.parquet``, ``steps.parquet``, ``memory.parquet`` and ``summary.json``.
+The folder holds ``requests.parquet``, ``steps.parquet``, ``memory.parquet``, ``itl.parquet`` and
+``summary.json``; with a measurement window (the scenario's ``metrics``) the summary's request
+figures are those of the measured requests.
 While the run is going (and if it fails) an ``INCOMPLETE`` marker says its files are partial; each
 file is written under a temporary name and moved into place. The summary is computed from the
 Parquet logs and the plan alone.
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +26,13 @@ from clustersim.config.scenario import Scenario
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.logstats import MemoryTotals, StepTotals, gap_bins_of
-from clustersim.metrics import kv_summary, summarize
+from clustersim.metrics import Measured, kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.requeststats import RequestTotals
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
 from clustersim.workload.traces import TenantData, load_workload_data
+from clustersim.workload.window import ArrivalWindow, resolve_window
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,9 @@ class RunResult:
 
 
 def scenario_metadata(scenario: Scenario) -> dict[str, str]:
-    """Key-value metadata stamped on every output file."""
-    resolved = scenario.model_dump_json()
+    """Key-value metadata stamped on every output file (a scenario that measures every request is
+    written without its ``metrics`` section, as before there was one: its hash is unchanged)."""
+    resolved = scenario.model_dump_json(exclude=None if scenario.metrics.windowed else {"metrics"})
     return {
         "clustersim.version": __version__,
         "clustersim.scenario": resolved,
@@ -65,19 +70,22 @@ def run_plan(plan: RunPlan, out_dir: Path | None = None) -> RunResult:
     """Run a planned scenario and write its logs and ``summary.json`` to ``out_dir`` (None: a new
     folder ``runs/<name>-<time>``)."""
     workload_data = load_workload_data(plan.scenario.workload, plan.base_dir, plan.source)  # before any output
+    window = resolve_window(plan.scenario, workload_data, plan.source)
     if out_dir is None:
         out_dir = new_default_folder(plan.scenario.name)
     with claimed_folder(out_dir):
-        return _run_into(plan, workload_data, out_dir)
+        return _run_into(plan, workload_data, window, out_dir)
 
 
-def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path) -> RunResult:
+def _run_into(
+    plan: RunPlan, workload_data: dict[str, TenantData], window: ArrivalWindow | None, out_dir: Path
+) -> RunResult:
     incomplete = out_dir / "INCOMPLETE"
     incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
-    log = RunLog(out_dir, scenario_metadata(plan.scenario))
+    log = RunLog(out_dir, scenario_metadata(plan.scenario), measured=window is not None)
     clock = Clock()
     try:
-        replicas = simulate(plan, log, clock, workload_data)
+        replicas = simulate(plan, log, clock, workload_data, window)
     except BaseException as exc:
         log.abort()
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
@@ -90,18 +98,46 @@ def _run_into(plan: RunPlan, workload_data: dict[str, TenantData], out_dir: Path
     memory = MemoryTotals.of(out_dir / "memory.parquet")
     requests = RequestTotals.of(out_dir / "requests.parquet")
     gaps = gap_bins_of(out_dir / "itl.parquet")
+    measured = None
+    if window is not None:
+        measured = measured_requests(out_dir, window, requests)
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
-        check_run(requests, steps, plan.scenario, ends, memory, gaps)
+        measured_logs = (measured.gaps, measured.requests) if measured is not None else None
+        check_run(requests, steps, plan.scenario, ends, memory, gaps, measured_logs)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
         exc.out_dir = out_dir
         raise
-    summary = summarize_run(plan, requests, steps, memory, gaps)
+    summary = summarize_run(plan, requests, steps, memory, gaps, measured)
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()
     return RunResult(out_dir, summary)
+
+
+def measured_requests(out_dir: Path, window: ArrivalWindow, requests: RequestTotals) -> Measured:
+    """The measured requests of a run folder written with ``window``: their totals and gap bins, and
+    the summary's ``window`` block. Their throughput is per second of their arrivals' span, from the
+    first measured arrival to the last: the rate at which the steady load asks for tokens, which a
+    cluster that keeps up delivers (one that does not shows it in its latencies)."""
+    totals = RequestTotals.of(out_dir / "requests.parquet", measured_only=True, tenants=requests.tenants)
+    first_s, last_s = totals.earliest_arrival_s, totals.latest_arrival_s
+    span_s = last_s - first_s if first_s is not None and last_s is not None else 0.0
+    first_arrival_s = requests.earliest_arrival_s
+    block = {
+        **window.metrics.model_dump(),
+        "from_arrival_s": window.start_s(first_arrival_s) if first_arrival_s is not None else None,
+        "to_arrival_s": window.end_s if window.end_s < math.inf else None,
+        "from_request": window.first_index,
+        "to_request": window.end_index - 1 if window.end_index is not None else None,
+        "num_measured": totals.num_arrived,
+        "num_excluded": requests.num_arrived - totals.num_arrived,
+        "first_measured_arrival_s": first_s,
+        "last_measured_arrival_s": last_s,
+        "span_s": span_s,
+    }
+    return Measured(totals, gap_bins_of(out_dir / "itl.parquet", measured_only=True), span_s, block)
 
 
 def summarize_run(
@@ -110,9 +146,10 @@ def summarize_run(
     steps: StepTotals,
     memory: MemoryTotals,
     gaps: dict[str, dict[int, list[float]]],
+    measured: Measured | None = None,
 ) -> dict[str, Any]:
     """``summary.json`` (the simulator's own figures aside) from the logs (the step and memory logs'
-    totals, the gap bins) and the plan."""
+    totals, the gap bins; the measured requests' with a measurement window) and the plan."""
     scenario = plan.scenario
     span_s = requests.makespan_s(scenario.stop.horizon_s)
     num_preemptions = requests.num_preemptions
@@ -122,7 +159,7 @@ def summarize_run(
         "seed": scenario.seed,
         "clustersim_version": __version__,
         "kv_blocks_per_replica": [group.num_kv_blocks for group in plan.replica_groups()],
-        **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos, gaps),
+        **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos, gaps, measured),
         "kv": kv_summary(
             memory, num_preemptions, requests.prefix_hit_rate() if scenario.kv.prefix_caching else None, num_swaps
         ),

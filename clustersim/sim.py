@@ -21,6 +21,7 @@ from clustersim.runplan import RunPlan
 from clustersim.workload.request import Request
 from clustersim.workload.source import Completions, RequestBudget, Traffic, start_workload
 from clustersim.workload.traces import TenantData
+from clustersim.workload.window import ArrivalWindow, WindowMarks
 
 
 @contextmanager
@@ -61,10 +62,17 @@ def build_replicas(plan: RunPlan, clock: Clock, log: RunLog, on_final: Callable[
     return replicas
 
 
-def simulate(plan: RunPlan, log: RunLog, clock: Clock, workload_data: dict[str, TenantData]) -> list[Replica]:
+def simulate(
+    plan: RunPlan,
+    log: RunLog,
+    clock: Clock,
+    workload_data: dict[str, TenantData],
+    window: ArrivalWindow | None = None,
+) -> list[Replica]:
     """Run the SimPy model to its stop condition; every request ends up in ``log``.
 
     ``workload_data``: the traces the tenants read (:func:`clustersim.workload.traces.load_workload_data`).
+    ``window``: which arrivals the summary measures (:func:`clustersim.workload.window.resolve_window`).
     Returns the replicas as they are when the clock stopped.
     """
     scenario = plan.scenario
@@ -81,6 +89,8 @@ def simulate(plan: RunPlan, log: RunLog, clock: Clock, workload_data: dict[str, 
         replicas[router.choose(request, replicas)].enqueue(request)
 
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
+    if window is not None:
+        budget.marks = WindowMarks(window)
     start_workload(
         Traffic(clock, scenario.seed, workload_data, budget, dispatch, completions, scenario.kv.prefix_block_tokens),
         scenario.workload.tenants,

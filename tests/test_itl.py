@@ -66,8 +66,8 @@ def test_run_ranges_equal_step_by_step_bins(fixed, parts, context, num_seqs, j_f
 def _bins(values: list[float]) -> GapBins:
     histogram = GapHistogram()
     for value in values:
-        histogram.add("t", [(bin_of(value), 1, value, value, value)])
-    return GapBins(histogram.tenants["t"])
+        histogram.add(("t", True), [(bin_of(value), 1, value, value, value)])
+    return GapBins(histogram.keys["t", True])
 
 
 @given(st.lists(st.sampled_from([0.01, 0.02, 0.0213, 0.5, 1.0, 7.25]), min_size=1, max_size=200))
@@ -90,8 +90,8 @@ def test_percentiles_within_a_bin_width(values: list[float]) -> None:
 
 def test_weights_count_each_sequence() -> None:
     histogram = GapHistogram()
-    histogram.add("a", [(bin_of(0.02), 3, 0.06, 0.02, 0.02)], weight=4)
-    bins = GapBins.merged(histogram.tenants.values())
+    histogram.add(("a", True), [(bin_of(0.02), 3, 0.06, 0.02, 0.02)], weight=4)
+    bins = GapBins.merged(histogram.keys.values())
     assert bins.num_gaps == 12 and math.isclose(bins.summary((50,))["mean"], 0.02)
 
 

@@ -1,8 +1,8 @@
 """Property tests over random small scenarios: every run keeps every invariant, in both modes.
 
 ``run_scenario`` checks the invariants itself (conservation of requests, tokens and KV blocks,
-causality, per-step limits) and raises on a violation; on top, the fast path must reproduce the
-step-by-step reference.
+causality, per-step limits, inter-token gaps, the measured ones apart) and raises on a violation;
+on top, the fast path must reproduce the step-by-step reference, with or without a measurement window.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.errors import ConfigError
 from clustersim.runner import RunResult, run_scenario
+from clustersim.workload.window import resolve_window
 
 requests_strategy = st.lists(
     st.tuples(st.floats(0, 30, allow_nan=False, allow_subnormal=False), st.integers(1, 300), st.integers(1, 60)),
@@ -134,6 +136,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "slo": {"ttft_s": draw(st.floats(0.5, 20))},
         "_prefix": draw(st.sampled_from([0, 0, 8, 64])),
         "_closed_loop": draw(st.sampled_from([False, False, True])),
+        "_window": draw(st.sampled_from([None, None, "count", "time", "both"])),
+        "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
     }
 
 
@@ -159,8 +163,46 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def with_window(raw: dict[str, Any]) -> dict[str, Any]:
+    """Turn the drawn ``_window`` into a measurement window over parts of the explicit requests (by
+    count, time or both; the drawn fractions of them at each end), if the run can resolve it."""
+    raw = {**raw}
+    kind = raw.pop("_window", None)
+    warmup_frac, cooldown_frac = raw.pop("_window_fracs", (0.0, 0.0))
+    if kind is None:
+        return raw
+    requests = raw["workload"]["tenants"][0]["arrival"]["requests"]
+    metrics: dict[str, Any] = {}
+    if kind in ("count", "both"):
+        metrics |= {
+            "warmup_requests": int(warmup_frac * len(requests)),
+            "cooldown_requests": int(cooldown_frac * len(requests)),
+        }
+    if kind in ("time", "both"):
+        last_s = requests[-1]["arrival_at_s"]
+        metrics |= {"warmup_s": warmup_frac * last_s, "cooldown_s": cooldown_frac * last_s}
+    windowed = {**raw, "metrics": metrics}
+    try:
+        resolve_window(scenario_from_mapping(windowed, "prop.yaml"), {}, "prop.yaml")
+    except ConfigError:  # a window the run refuses (its end unknowable with the users, or holding no request)
+        return raw
+    return windowed
+
+
+def assert_marked_by_the_window(rows: list[dict[str, Any]], window: dict[str, Any]) -> None:
+    """Each request is measured exactly when its arrival index and time lie inside the window's bounds."""
+    for row in rows:
+        inside = window["from_request"] <= row["request_id"] and window["from_arrival_s"] <= row["arrival_at_s"]
+        if window["to_request"] is not None:
+            inside &= row["request_id"] <= window["to_request"]
+        if window["to_arrival_s"] is not None:
+            inside &= row["arrival_at_s"] <= window["to_arrival_s"]
+        assert row["measured"] == inside, (row, window)
+    assert window["num_measured"] == sum(row["measured"] for row in rows)
+
+
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
-    raw = with_prefix_caching(raw)
+    raw = with_window(with_prefix_caching(raw))
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 
@@ -181,6 +223,8 @@ def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, An
         fast_gaps = pq.read_table(fast.out_dir / "itl.parquet").to_pylist()
         step_gaps = pq.read_table(step.out_dir / "itl.parquet").to_pylist()
     assert fast_rows == step_rows
+    if "window" in fast.summary:
+        assert_marked_by_the_window(fast_rows, fast.summary["window"])
     # every bin holds the same gaps in both modes: counts, least and greatest exactly, sums to rounding
     assert [{**g, "sum_s": 0} for g in fast_gaps] == [{**g, "sum_s": 0} for g in step_gaps]
     for fast_bin, step_bin in zip(fast_gaps, step_gaps, strict=True):

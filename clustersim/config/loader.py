@@ -18,6 +18,7 @@ from pydantic.fields import FieldInfo
 
 from clustersim.config.base import number_problem, takes_bool
 from clustersim.config.scenario import Scenario
+from clustersim.config.window import window_problem
 from clustersim.config.yamlsafe import check_size, parse_yaml
 from clustersim.errors import ConfigError, did_you_mean, one_line, shown_value
 
@@ -288,9 +289,13 @@ def check_numbers(value: Any, source: str, path: str = "", field_name: str = "")
 
 
 def scenario_from_mapping(raw: dict[str, Any], source: str) -> Scenario:
-    """Validate a raw mapping into a :class:`Scenario`."""
+    """Validate a raw mapping into a :class:`Scenario` (its measurement window included)."""
     scenario = validate_mapping(raw, Scenario, source)
     assert isinstance(scenario, Scenario)
+    stop = scenario.stop
+    problem = window_problem(scenario.metrics, scenario.workload.tenants, stop.max_requests, stop.horizon_s)
+    if problem is not None:
+        raise ConfigError(source, *problem)
     return scenario
 
 

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from clustersim.config.base import SLO, StrictModel
+from clustersim.config.window import Metrics
 from clustersim.config.workload import (
     Tenant,
     Workload,
@@ -343,7 +344,7 @@ class Simulation(StrictModel):
 
 
 class Scenario(StrictModel):
-    """One simulation: traffic, cluster, scheduler, KV cache, cost model and stop condition."""
+    """One simulation: traffic, cluster, scheduler, KV cache, cost model, stop condition, what the summary measures."""
 
     name: str = "scenario"
     description: str = ""
@@ -356,6 +357,7 @@ class Scenario(StrictModel):
     cost: CostModel = RooflineCost()
     stop: Stop = Stop()
     slo: SLO | None = None
+    metrics: Metrics = Metrics()
     simulation: Simulation = Simulation()
 
     @model_validator(mode="after")

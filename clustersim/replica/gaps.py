@@ -3,7 +3,9 @@
 At the end of each step (or run of decode steps) that advances the decode index, the sequences that
 decoded in the previous advancing step too see the decode gap of each step, and those joining the
 decodes (first token, recompute, swap-in) see their own first gap. A sequence's greatest gap is
-asked of a :class:`~clustersim.itl.SuffixMax` of decode gaps when it leaves its seat.
+asked of a :class:`~clustersim.itl.SuffixMax` of decode gaps when it leaves its seat. Gaps are counted
+under each request's ``gap_key`` (its tenant, and whether the summary measures it), with one weight per
+key: the decoding seats of that key.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 from clustersim.itl import BinRange, GapHistogram, SuffixMax, anchored_ranges
 from clustersim.replica.seats import Seat, SeatSet
 from clustersim.replica.step import DecodeAnchor, Step
-from clustersim.workload.request import Request
+from clustersim.workload.request import GapKey, Request
 
 PRUNE_FROM = 1024  # suffix-max segments kept before the ones no live sequence can reach are dropped
 
@@ -39,7 +41,7 @@ class GapTracker:
     def resumed(self, request: Request, now_s: float) -> None:
         """A recomputed sequence made its next token at ``now_s``."""
         gap_s = now_s - request.last_token_at_s
-        self.histogram.add_gap(request.tenant, gap_s)
+        self.histogram.add_gap(request.gap_key, gap_s)
         if gap_s > request.max_itl_s:
             request.max_itl_s = gap_s
 
@@ -63,10 +65,10 @@ class GapTracker:
             joiners = self._join(end_s) if self._joining else None
             add = self.histogram.add_gap
             continuing = False
-            for tenant, count in self.seats.decode_by_tenant.items():
-                weight = count - joiners.get(tenant, 0) if joiners else count
+            for key, count in self.seats.decode_by_key.items():
+                weight = count - joiners.get(key, 0) if joiners else count
                 if weight > 0:
-                    add(tenant, gap_s, weight)
+                    add(key, gap_s, weight)
                     continuing = True
             if continuing:
                 self.suffix.push(first, gap_s)
@@ -83,25 +85,25 @@ class GapTracker:
             anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j, j + num_steps - 1, now_s - step.started_at_s
         )
         add = self.histogram.add
-        for tenant, count in self.seats.decode_by_tenant.items():
+        for key, count in self.seats.decode_by_key.items():
             if count:
-                add(tenant, ranges, count)
+                add(key, ranges, count)
         self.suffix.push(step.first_index, ranges[-1][4])  # no sequence joined inside: one segment will do
         self.last_decode_end_s = now_s
         if len(self.suffix.starts) > self._prune_at:
             self._prune()
 
-    def _join(self, end_s: float) -> dict[str, int]:
-        """The first gaps of the sequences joining the decodes in a step ending at ``end_s``; how many per tenant."""
+    def _join(self, end_s: float) -> dict[GapKey, int]:
+        """The first gaps of the sequences joining the decodes in a step ending at ``end_s``; how many per key."""
         add = self.histogram.add_gap
-        joiners: dict[str, int] = {}
+        joiners: dict[GapKey, int] = {}
         for seat in self._joining:
             if seat.alive:
                 gap_s = end_s - seat.joined_at_s
                 seat.join_gap_s = gap_s
-                tenant = seat.request.tenant
-                add(tenant, gap_s)
-                joiners[tenant] = joiners.get(tenant, 0) + 1
+                key = seat.request.gap_key
+                add(key, gap_s)
+                joiners[key] = joiners.get(key, 0) + 1
         self._joining = []
         return joiners
 
@@ -112,9 +114,9 @@ class GapTracker:
         ranges: list[BinRange] = anchored_ranges(
             anchor.shape, anchor.first_context_tokens, anchor.num_seqs, j + 1, j + num_steps - 1, total_s
         )
-        for tenant, count in self.seats.decode_by_tenant.items():
+        for key, count in self.seats.decode_by_key.items():
             if count:
-                self.histogram.add(tenant, ranges, count)
+                self.histogram.add(key, ranges, count)
         self.suffix.push(first + 1, ranges[-1][4])
 
     def left(self, seat: Seat, next_decode_index: int) -> None:

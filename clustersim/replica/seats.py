@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 
 from clustersim.kvcache.sequence import KVSequence
-from clustersim.workload.request import Request
+from clustersim.workload.request import GapKey, Request
 
 
 class Seat(KVSequence):
@@ -66,7 +66,8 @@ class SeatSet:
         self.kv_offset_sum = 0
         self.prefill_done_sum = 0
         self.decoder_cached_sum = 0  # cached prefix tokens of the decoding seats
-        self.decode_by_tenant: dict[str, int] = {}  # decoding seats of each tenant (inter-token gaps are per tenant)
+        # decoding seats per (tenant, measured): inter-token gaps are counted per tenant, measured ones apart
+        self.decode_by_key: dict[GapKey, int] = {}
         self._num_admitted = 0
 
     def __len__(self) -> int:
@@ -106,8 +107,8 @@ class SeatSet:
         heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
         self.num_decode += 1
         self.kv_offset_sum += kv_offset
-        by_tenant = self.decode_by_tenant
-        by_tenant[request.tenant] = by_tenant.get(request.tenant, 0) + 1
+        by_key = self.decode_by_key
+        by_key[request.gap_key] = by_key.get(request.gap_key, 0) + 1
 
     def advance_prefill(self, seat: Seat, tokens: int) -> bool:
         """Record ``tokens`` more prompt tokens computed; True when the prompt is done."""
@@ -131,7 +132,7 @@ class SeatSet:
             self.num_decode -= 1
             self.kv_offset_sum -= seat.kv_offset
             self.decoder_cached_sum -= seat.cached_tokens
-            self.decode_by_tenant[seat.request.tenant] -= 1
+            self.decode_by_key[seat.request.gap_key] -= 1
         else:
             self.prefill_done_sum -= seat.done_tokens
             del self.prefilling[request_id]

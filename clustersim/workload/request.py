@@ -6,6 +6,7 @@ import math
 from typing import Literal
 
 RequestStatus = Literal["completed", "rejected", "unfinished"]
+GapKey = tuple[str, bool]  # (tenant, measured): what a request's inter-token gaps are counted under
 
 
 class Request:
@@ -13,7 +14,9 @@ class Request:
 
     Times are absolute simulation times in seconds (``*_at_s``); NaN until they happen.
     ``num_emitted_tokens`` counts output tokens produced so far (kept across preemptions);
-    ``max_itl_s`` is its greatest inter-token gap (``-inf`` before its second token).
+    ``max_itl_s`` is its greatest inter-token gap (``-inf`` before its second token). ``gap_key``:
+    ``(tenant, measured)``, whether the summary measures it (the scenario's ``metrics`` window; set
+    on arrival, True without a window).
 
     From the arrival process: ``session_id`` (a session within the tenant: a closed-loop user, or a
     trace's session column; -1 if none) and ``prefix_hash_ids`` (ids of the prompt's leading blocks
@@ -27,6 +30,7 @@ class Request:
         "finished_at_s",
         "first_scheduled_at_s",
         "first_token_at_s",
+        "gap_key",
         "ids_cover_output",
         "last_token_at_s",
         "max_itl_s",
@@ -75,6 +79,12 @@ class Request:
         self.num_cached_prompt_tokens = 0  # prompt tokens its first admission found in the prefix cache
         self.last_token_at_s = math.nan  # kept while it is preempted (its next token's gap starts there)
         self.max_itl_s = -math.inf  # its greatest gap between two consecutive tokens so far
+        self.gap_key: GapKey = (tenant, True)
+
+    @property
+    def measured(self) -> bool:
+        """Whether the summary measures it (its arrival lies inside the scenario's ``metrics`` window)."""
+        return self.gap_key[1]
 
     def __repr__(self) -> str:
         return (

@@ -29,6 +29,7 @@ from clustersim.workload.arrivals import (
 from clustersim.workload.conversation import Conversation
 from clustersim.workload.request import Request
 from clustersim.workload.traces import TenantData
+from clustersim.workload.window import WindowMarks
 
 Dispatch = Callable[[Request], None]
 
@@ -37,12 +38,14 @@ MAX_INSTANT_REJECTIONS = 1000  # a closed-loop user whose requests are all rejec
 
 @dataclass
 class RequestBudget:
-    """Shared by all tenants of a run: request ids, and the stop condition on arrivals."""
+    """Shared by all tenants of a run: request ids, the stop condition on arrivals, and the marks of
+    the measurement window (None: every request is measured)."""
 
     max_requests: int | None
     horizon_s: float | None
     num_created: int = 0
     exhausted: bool = field(default=False)
+    marks: WindowMarks | None = None
 
     def take(self, arrival_at_s: float) -> int | None:
         """The next request id, or None when the run accepts no more arrivals."""
@@ -105,6 +108,8 @@ def arrival_process(
         if len(item) == 5:
             request.session_id = item[3]
             request.prefix_hash_ids = item[4]
+        if budget.marks is not None:
+            budget.marks.mark(request)
         dispatch(request)
 
 
@@ -143,6 +148,8 @@ def closed_loop_user(
                 request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user,
                 prefix_hash_ids=ids, ids_cover_output=True,
             )  # fmt: skip
+        if budget.marks is not None:
+            budget.marks.mark(request)
         ended = completions.expect(request)
         dispatch(request)
         yield ended

@@ -49,6 +49,8 @@ FIELDS = (
     "slo.ttft_s",
     "slo.itl_s",
     "slo.percentile",
+    "metrics.warmup_s",
+    "metrics.cooldown_requests",
     "name",
 )
 
