@@ -28,7 +28,7 @@ WINDOWS = [{"warmup_requests": 1, "cooldown_requests": 1}, {"warmup_s": 0.5, "co
 
 
 def windowed(metrics: dict[str, Any], **overrides: Any) -> dict[str, Any]:
-    return explicit_scenario(REQUESTS, policy="vllm", metrics=metrics, **overrides)
+    return explicit_scenario(REQUESTS, policy="vllm_v0", metrics=metrics, **overrides)
 
 
 @pytest.mark.parametrize("metrics", WINDOWS)
@@ -71,7 +71,7 @@ def test_logs_keep_every_request_and_mark_the_measured(run_mapping):
 
 
 def test_without_a_window_nothing_changes(run_mapping):
-    result = run_mapping(explicit_scenario(REQUESTS, policy="vllm"))
+    result = run_mapping(explicit_scenario(REQUESTS, policy="vllm_v0"))
     assert "window" not in result.summary and result.summary["itl_s"]["num_gaps"] == 8
     assert "measured" not in pq.read_table(result.out_dir / "requests.parquet").column_names
     assert "measured" not in pq.read_table(result.out_dir / "itl.parquet").column_names
@@ -94,7 +94,7 @@ def test_window_per_tenant_and_a_tenant_without_measured_requests(run_mapping):
 
 def test_slo_verdicts_are_over_the_measured_requests(run_mapping):
     slo = {"ttft_s": 1.2, "itl_s": 2.5, "percentile": 99}
-    whole = run_mapping(explicit_scenario(REQUESTS, policy="vllm", slo=slo)).summary["slo"]
+    whole = run_mapping(explicit_scenario(REQUESTS, policy="vllm_v0", slo=slo)).summary["slo"]
     measured = run_mapping(windowed(WINDOWS[0], slo=slo)).summary["slo"]
     assert whole["num_met"] == 1 and whole["attainment_frac"] == 0.25  # r3 (r0's 3 s gap misses the ITL target)
     assert measured["num_met"] == 0 and measured["attainment_frac"] == 0.0  # r1 and r2 miss the TTFT target
@@ -122,7 +122,7 @@ def test_cli_printout_says_the_window(tmp_path: Path):
 
 def test_compare_shows_how_many_requests_each_variant_measured(tmp_path: Path):
     path = tmp_path / "w.yaml"
-    path.write_text(json.dumps(explicit_scenario(REQUESTS, policy="vllm")), encoding="utf-8")
+    path.write_text(json.dumps(explicit_scenario(REQUESTS, policy="vllm_v0")), encoding="utf-8")
     rows, _ = compare(path, ["metrics.warmup_requests=0,1"], [], tmp_path / "c", jobs=1)
     assert "measured" not in rows[0] and rows[1]["measured"] == 3
     result = CliRunner().invoke(
