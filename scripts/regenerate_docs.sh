@@ -18,6 +18,12 @@ clustersim compare azure-conv-replay \
   --vary router.kind=round_robin,random,least_outstanding,least_kv,power_of_two,affinity \
   --columns "$LAT" --out "$out/routers" --doc docs/scenarios.md#routers
 
+# docs/scenarios.md: a measurement window on a short and a long run
+clustersim compare default --set workload.tenants.0.arrival.rate_per_s=60 --vary stop.max_requests=5000,60000 \
+  --vary 'metrics={warmup_requests: 0},{warmup_requests: 1000, cooldown_requests: 1000}' \
+  --columns "measured,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,ITL p99 ms,SLO met %,out tok/s" --out "$out/window" \
+  --doc docs/scenarios.md#window
+
 # docs/replica.md: policies, chunk budgets, static batch wait
 clustersim compare azure-conv-replay --vary scheduler.policy=continuous,vllm_v0,vllm_v1 \
   --set scheduler.max_num_batched_tokens=16384 --columns "$LAT" --out "$out/policies" --doc docs/replica.md#policies

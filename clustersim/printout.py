@@ -1,0 +1,87 @@
+"""The run printout: a short, aligned text table of a run's summary (what ``clustersim run`` prints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    return f"{value * scale:.{digits}f}"
+
+
+def format_window(window: dict[str, Any]) -> str:
+    """One line saying which requests a windowed summary measures."""
+    settings = [
+        f"{label} {window[key]:g}{unit}"
+        for key, label, unit in (
+            ("warmup_s", "warmup", " s"),
+            ("cooldown_s", "cooldown", " s"),
+            ("warmup_requests", "warmup", " requests"),
+            ("cooldown_requests", "cooldown", " requests"),
+        )
+        if window[key]
+    ]
+    arriving = ""
+    if window["num_measured"]:
+        arriving = f" (arriving {window['first_measured_arrival_s']:.3f}-{window['last_measured_arrival_s']:.3f} s)"
+    return (
+        f"window ({', '.join(settings)}): {window['num_measured']} requests measured{arriving}, "
+        f"{window['num_excluded']} left out"
+    )
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short, aligned text table of a run's summary."""
+    counts = summary["num_requests"]
+    lines = [f"scenario {summary['scenario']}  seed {summary['seed']}  makespan {summary['makespan_s']:.3f} s"]
+    if "window" in summary:
+        lines.append(format_window(summary["window"]))
+    lines += [
+        f"{'measured requests' if 'window' in summary else 'requests'}: {counts['arrived']} arrived, "
+        f"{counts['completed']} completed, {counts['rejected']} rejected, {counts['unfinished']} unfinished",
+        f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
+    ]
+    rows = (
+        ("ttft_s", "TTFT ms"),
+        ("tpot_s", "TPOT ms"),
+        ("itl_s", "ITL ms"),  # over every gap between two tokens
+        ("max_itl_s", "max ITL ms"),  # each request's longest gap
+        ("e2e_s", "E2E ms"),
+        ("queue_s", "queue ms"),
+    )
+    for name, label in rows:
+        row = summary[name]
+        lines.append(f"{label:<10}" + "".join(f"{_fmt(row[k], 1e3, 1):>10}" for k in ("mean", "p50", "p90", "p99")))
+    replicas = summary["replicas"]
+    over = ";"
+    if "window" in summary:
+        over = f" (measured, over their {summary['window']['span_s']:.3f} s of arrivals); whole run:"
+    lines.append(
+        f"throughput: {_fmt(summary['output_tokens_per_s'], digits=1)} output tok/s, "
+        f"{_fmt(summary['requests_per_s'], digits=2)} req/s{over} busy {_fmt(replicas['mean_busy_frac'], 100, 1)}%, "
+        f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
+        f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
+    )
+    if "slo" in summary:
+        slo = summary["slo"]
+        targets = ", ".join(f"{k} <= {v}" for k, v in slo["targets"].items())
+        if slo.get("tenant_targets"):
+            per_tenant = "; ".join(
+                f"{tenant}: " + ", ".join(f"{k} <= {v}" for k, v in t.items())
+                for tenant, t in slo["tenant_targets"].items()
+            )
+            targets = f"{targets}; {per_tenant}" if targets else per_tenant
+        lines.append(
+            f"SLO ({targets}): {_fmt(slo['attainment_frac'], 100, 1)}% of requests met it; "
+            f"goodput {_fmt(slo['goodput_requests_per_s'], digits=2)} req/s"
+        )
+        if "percentile_met" in slo:
+            shown = ", ".join(
+                f"{k} {_fmt(v, 1e3, 1)} ms" + (" (missed)" if v is None or v > slo["targets"][k] else "")
+                for k, v in slo["percentile_values"].items()
+            )
+            verdict = "met" if slo["percentile_met"] else "MISSED"
+            lines.append(f"p{slo['percentile']:g} targets {verdict}: {shown}")
+    return "\n".join(lines)
