@@ -35,10 +35,6 @@ class ArrivalWindow:
     end_index: int | None
 
     @property
-    def warmup_s(self) -> float:
-        return self.metrics.warmup_s
-
-    @property
     def first_index(self) -> int:
         return self.metrics.warmup_requests
 
@@ -50,7 +46,7 @@ class ArrivalWindow:
         """Whether the request with arrival index ``index``, arriving at ``arrival_at_s``, is measured."""
         if index < self.metrics.warmup_requests or (self.end_index is not None and index >= self.end_index):
             return False
-        return first_arrival_s + self.metrics.warmup_s <= arrival_at_s <= self.end_s
+        return self.start_s(first_arrival_s) <= arrival_at_s <= self.end_s
 
 
 class WindowMarks:
