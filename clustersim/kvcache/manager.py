@@ -140,9 +140,13 @@ class KVManager:
         self._take(num_blocks)
         seq.reserved_blocks += num_blocks
 
-    def _take(self, num_blocks: int) -> None:
+    def _make_room(self, num_blocks: int) -> None:
+        """Evict unused cached prefix segments until ``num_blocks`` are free (or none are left to evict)."""
         if self.prefix is not None and num_blocks > self.pool.num_free_blocks:
             self.pool.free(self.prefix.evict(num_blocks - self.pool.num_free_blocks))
+
+    def _take(self, num_blocks: int) -> None:
+        self._make_room(num_blocks)
         self.pool.allocate(num_blocks)
 
     def admit(self, seq: KVSequence, hit: list[Segment], first_admission: bool, num_blocks: int = -1) -> None:
@@ -154,14 +158,12 @@ class KVManager:
             num_blocks = blocks_to_admit(request, self.reserve, seq.cached_tokens)
         if self.prefix is not None:
             self.prefix.acquire(hit)
-            if num_blocks > self.pool.num_free_blocks:
-                self.pool.free(self.prefix.evict(num_blocks - self.pool.num_free_blocks))
             if first_admission:
                 self.prefix_lookup_tokens += request.prompt_tokens
                 self.prefix_hit_tokens += seq.cached_tokens
             seq.hit_segments = list(hit)
             seq.own_segments = self.segments(request)[len(hit) :]
-        self.pool.allocate(num_blocks)
+        self._take(num_blocks)
         seq.reserved_blocks = num_blocks
         self._place(seq, num_blocks)
 
@@ -255,8 +257,7 @@ class KVManager:
         if not self.growing:  # the reservations already hold the new tokens
             self.filled_blocks += need
             return []
-        if self.prefix is not None and need > self.pool.num_free_blocks:
-            self.pool.free(self.prefix.evict(need - self.pool.num_free_blocks))
+        self._make_room(need)
         if need <= self.pool.num_free_blocks:
             self.pool.allocate(need)
             self.filled_blocks += need
