@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import platform
 import sys
 import time
@@ -23,29 +22,19 @@ from clustersim.bench import (
     run_in_child,
 )
 from clustersim.calibration.command import calibrate
-from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_columns, write_csv
+from clustersim.cli_common import resolve_scenario_path, write_doc
+from clustersim.cli_sweep import compare_command, sweep
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
-from clustersim.doctables import shown_command, write_doc_table
 from clustersim.errors import ClusterSimError, did_you_mean, one_line
 from clustersim.guard import EXIT_BUG, GuardedGroup, fail
 from clustersim.invariants import InvariantViolation
 from clustersim.printout import format_summary
 from clustersim.runner import run_scenario
-
-
-def _write_doc(target: str, markdown: str, note: str = "") -> None:
-    try:
-        path = write_doc_table(target, markdown, shown_command(sys.argv[1:]), note)
-    except (ClusterSimError, OSError) as exc:
-        fail(str(exc))
-        return
-    click.echo(f"wrote the table into {path}")
-
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
 
@@ -58,17 +47,6 @@ def _need_plots(command: str) -> None:
             f"{command} needs {', '.join(missing)} (the plots extra): "
             "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
         )
-
-
-def resolve_scenario_path(scenario: str | None) -> Path:
-    """A path as given, else a built-in scenario by name; no argument means the built-in default."""
-    if scenario is None:
-        return builtin_data_dir("scenarios") / "default.yaml"
-    path = Path(scenario)
-    if path.exists() or path.suffix in (".yaml", ".yml"):
-        return path
-    builtin = builtin_data_dir("scenarios") / f"{scenario}.yaml"
-    return builtin if builtin.exists() else path
 
 
 @click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -155,50 +133,7 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | Non
     append_results(results, rows)
     click.echo(f"appended {len(rows)} rows to {results}")
     if doc:
-        _write_doc(doc, format_markdown_table(rows), f"{machine_description()}, Python {platform.python_version()}")
-
-
-@main.command(name="compare")
-@click.argument("scenario")
-@click.option("--vary", multiple=True, required=True, metavar="PATH=V1,V2", help="Values to compare (repeatable).")
-@click.option("--set", "overrides", multiple=True, metavar="PATH=VALUE", help="Override applied to every variant.")
-@click.option(
-    "--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/compare-NAME-TIME]."
-)
-@click.option(
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=os.cpu_count() or 1,
-    show_default=True,
-    help="Variants run in parallel.",
-)
-@click.option("--columns", metavar="LABEL,...", help="Only these table columns (labels as printed), in this order.")
-@click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
-def compare_command(
-    scenario: str,
-    vary: tuple[str, ...],
-    overrides: tuple[str, ...],
-    out_dir: Path | None,
-    jobs: int,
-    columns: str | None,
-    doc: str | None,
-) -> None:
-    """Run SCENARIO once per variant and print a comparison table (also written as comparison.csv)."""
-    path = resolve_scenario_path(scenario)
-    try:
-        chosen = select_columns(columns)
-        rows, out_dir = compare(path, vary, overrides, out_dir, jobs)
-    except ClusterSimError as exc:
-        fail(str(exc))
-        return
-    if columns is None and any(WINDOW_LABEL in row for row in rows):
-        chosen.insert(1, WINDOW_LABEL)  # the counts and figures that follow are the measured requests'
-    write_csv(rows, out_dir / "comparison.csv")
-    table = format_markdown(rows, chosen)
-    click.echo(table)
-    if doc:
-        _write_doc(doc, table)
-    click.echo(f"wrote {out_dir}/comparison.csv and one run folder per variant")
+        write_doc(doc, format_markdown_table(rows), f"{machine_description()}, Python {platform.python_version()}")
 
 
 @main.command()
@@ -242,7 +177,7 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
         return
     click.echo(report)
     if doc:
-        _write_doc(doc, f"```text\n{report}\n```")
+        write_doc(doc, f"```text\n{report}\n```")
     if published:
         return
     if out_dir is not None:
@@ -260,6 +195,8 @@ def profiles() -> None:
 
 
 main.add_command(calibrate)
+main.add_command(sweep)
+main.add_command(compare_command)
 
 
 @main.command()

@@ -1,59 +1,55 @@
-"""Run one scenario under several variants and tabulate the metrics a capacity planner compares.
+"""``clustersim compare``: a one-line spelling of a sweep, printed as a table a capacity planner reads.
 
-``--vary path=v1,v2`` runs every value (and the cartesian product over several ``--vary``); values
-are YAML, split on top-level commas, so ``--vary 'scheduler.ordering={kind: fcfs},{kind: priority}'``
-works. Runs go to ``OUT/<variant>/`` and can run in parallel processes.
+``--vary path=v1,v2`` is one grid axis (several ``--vary`` make the cartesian product); values are
+YAML, split on top-level commas, so ``--vary 'scheduler.ordering={kind: fcfs},{kind: priority}'``
+works. It runs as a sweep into ``OUT`` (``points.parquet``, ``stats.parquet``, the run folders and
+the logs as datasets: see :mod:`clustersim.sweep.store`), one seed: the scenario's.
 """
 
 from __future__ import annotations
 
-import csv
 import itertools
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim.config.loader import load_scenario
+from clustersim.config.yamlsafe import parse_yaml
 from clustersim.errors import ConfigError, did_you_mean
-from clustersim.outdir import MAX_NAME_CHARS, new_default_folder, safe_name, unique_names
-from clustersim.runner import run_scenario
-from clustersim.runplan import plan_run
+from clustersim.outdir import MAX_NAME_CHARS, safe_name, unique_names
+from clustersim.sweep import SweepResult, run_sweep, sweep_from_mapping
+from clustersim.sweep.execute import OnPoint, OnStart
+from clustersim.sweep.spec import RESERVED_NAMES
 
-COLUMNS = (
+# (label as printed, column of points.parquet, scale)
+COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("variant", "variant", None),
-    ("completed", "num_requests.completed", None),
-    ("rejected", "num_requests.rejected", None),
-    ("TTFT p50 ms", "ttft_s.p50", 1e3),
-    ("TTFT p99 ms", "ttft_s.p99", 1e3),
-    ("TPOT p50 ms", "tpot_s.p50", 1e3),
-    ("TPOT p99 ms", "tpot_s.p99", 1e3),
-    ("ITL p50 ms", "itl_s.p50", 1e3),
-    ("ITL p99 ms", "itl_s.p99", 1e3),
-    ("ITL max ms", "itl_s.max", 1e3),
-    ("max ITL p99 ms", "max_itl_s.p99", 1e3),
-    ("E2E p99 s", "e2e_s.p99", 1.0),
+    ("completed", "num_requests_completed", None),
+    ("rejected", "num_requests_rejected", None),
+    ("TTFT p50 ms", "ttft_p50_s", 1e3),
+    ("TTFT p99 ms", "ttft_p99_s", 1e3),
+    ("TPOT p50 ms", "tpot_p50_s", 1e3),
+    ("TPOT p99 ms", "tpot_p99_s", 1e3),
+    ("ITL p50 ms", "itl_p50_s", 1e3),
+    ("ITL p99 ms", "itl_p99_s", 1e3),
+    ("ITL max ms", "itl_max_s", 1e3),
+    ("max ITL p99 ms", "max_itl_p99_s", 1e3),
+    ("E2E p99 s", "e2e_p99_s", 1.0),
     ("out tok/s", "output_tokens_per_s", 1.0),
-    ("SLO met %", "slo.attainment_frac", 100.0),
-    ("mean batch", "replicas.mean_batch_seqs", 1.0),
-    ("busy %", "replicas.mean_busy_frac", 100.0),
-    ("preemptions", "replicas.num_preemptions", None),
-    ("KV stored %", "kv.stored_frac", 100.0),
-    ("KV waste %", "kv.waste_frac", 100.0),
-    ("KV stored of used %", "kv.stored_of_used_frac", 100.0),
-    ("prefix hit %", "kv.prefix_hit_rate", 100.0),
+    ("SLO met %", "slo_attainment_frac", 100.0),
+    ("mean batch", "replicas_mean_batch_seqs", 1.0),
+    ("busy %", "replicas_mean_busy_frac", 100.0),
+    ("preemptions", "replicas_num_preemptions", None),
+    ("KV stored %", "kv_stored_frac", 100.0),
+    ("KV waste %", "kv_waste_frac", 100.0),
+    ("KV stored of used %", "kv_stored_of_used_frac", 100.0),
+    ("prefix hit %", "kv_prefix_hit_rate", 100.0),
+    ("GPUs", "num_gpus", None),
+    ("$/h", "cost_usd_per_hour", 1.0),
+    ("$/M out tok", "cost_usd_per_m_output_tokens", 1.0),
 )
 # with a measurement window (the scenario's metrics): how many requests the row's figures are over
-WINDOW_LABEL, WINDOW_KEY = "measured", "window.num_measured"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One combination of overrides, named after its values."""
-
-    name: str
-    overrides: tuple[str, ...]
+WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
+DEFAULT_HIDDEN = ("GPUs", "$/h", "$/M out tok")  # shown when asked for by --columns
 
 
 def split_values(text: str) -> list[str]:
@@ -73,82 +69,91 @@ def split_values(text: str) -> list[str]:
     return [v for v in values if v]
 
 
-def variants(vary: Sequence[str]) -> list[Variant]:
-    """The cartesian product of every ``path=v1,v2,...`` in ``vary``."""
-    axes: list[list[tuple[str, str]]] = []
+def parse_vary(vary: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Each ``path=value1,value2,...`` as (path, the values' texts)."""
+    axes = []
     for item in vary:
         path, sep, text = item.partition("=")
         if not sep or not path.strip() or not split_values(text):
             raise ConfigError("--vary", item, "expected path=value1,value2,...")
-        axes.append([(path.strip(), value) for value in split_values(text)])
-    combos = list(itertools.product(*axes))
-    names = unique_names(
-        ",".join(safe_name(value, "value") for _, value in combo)[:MAX_NAME_CHARS] or "base" for combo in combos
+        axes.append((path.strip(), split_values(text)))
+    return axes
+
+
+def variant_names(axes: list[tuple[str, list[str]]]) -> list[str]:
+    """The table's variant names: the values joined by commas, made distinct."""
+    combos = itertools.product(*(texts for _, texts in axes))
+    return unique_names(
+        ",".join(safe_name(value, "value") for value in combo)[:MAX_NAME_CHARS] or "base" for combo in combos
     )
-    return [
-        Variant(name, tuple(f"{path}={value}" for path, value in combo))
-        for name, combo in zip(names, combos, strict=True)
-    ]
 
 
-def _run_variant(scenario_path: Path, overrides: tuple[str, ...], out_dir: Path) -> dict[str, Any]:
-    return run_scenario(load_scenario(scenario_path, overrides), out_dir).summary
+def _axis_names(axes: list[tuple[str, list[str]]]) -> list[str]:
+    names = []
+    for path, _ in axes:
+        stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.rsplit(".", 1)[-1])[:30] or "axis"
+        if stem[0].isdigit() or stem in RESERVED_NAMES:
+            stem = f"{stem}_value"
+        names.append(stem)
+    return unique_names(names)
 
 
-def _lookup(summary: dict[str, Any], dotted: str) -> Any:
-    node: Any = summary
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
+def sweep_of(path: Path, vary: Sequence[str], base_overrides: Sequence[str]) -> dict[str, Any]:
+    """The sweep ``compare`` runs, as a mapping."""
+    axes = parse_vary(vary)
+    shared = {}
+    for item in base_overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--set", item, "expected path=value")
+        shared[key.strip()] = parse_yaml(text, f"--set {key.strip()}")
+    return {
+        "name": f"compare-{path.stem}",
+        "base": str(path),
+        "set": shared,
+        "axes": [
+            {"path": axis_path, "name": name, "values": [parse_yaml(t, f"--vary {axis_path}") for t in texts],
+             "labels": texts}
+            for (axis_path, texts), name in zip(axes, _axis_names(axes), strict=True)
+        ],
+    }  # fmt: skip
 
 
 def compare(
-    scenario_path: Path, vary: Sequence[str], base_overrides: Sequence[str], out_dir: Path | None, jobs: int
-) -> tuple[list[dict[str, Any]], Path]:
-    """Run every variant (``jobs`` at a time) into ``out_dir/<variant>/`` (None: a new folder
-    ``runs/compare-<scenario>-<time>``); returns one table row per variant, in order, and the folder."""
-    todo = variants(vary)
-    for variant in todo:  # validate (and resolve against the catalogue) every variant before running any
-        plan_run(load_scenario(scenario_path, (*base_overrides, *variant.overrides)))
-    if out_dir is None:
-        out_dir = new_default_folder(f"compare-{scenario_path.stem}")
-    args = [(scenario_path, (*base_overrides, *v.overrides), out_dir / v.name) for v in todo]
-    if jobs > 1 and len(args) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            summaries = list(pool.map(_run_variant, *zip(*args, strict=True)))
-    else:
-        summaries = [_run_variant(*a) for a in args]
+    scenario_path: Path,
+    vary: Sequence[str],
+    base_overrides: Sequence[str],
+    out_dir: Path | None,
+    jobs: int | None,
+    on_start: OnStart | None = None,
+    on_point: OnPoint | None = None,
+) -> tuple[list[dict[str, Any]], SweepResult]:
+    """Run every variant (``jobs`` at a time) as a sweep into ``out_dir`` (None: a new folder
+    ``runs/sweep-compare-<scenario>-<time>``); returns one table row per variant, in order, and the
+    sweep (a failed variant's row has only its name and ``error``)."""
+    spec = sweep_from_mapping(sweep_of(scenario_path, vary, base_overrides), "--vary")
+    result = run_sweep(spec, scenario_path, out_dir, source="--vary", jobs=jobs, on_start=on_start, on_point=on_point)
     rows = []
-    for variant, summary in zip(todo, summaries, strict=True):
-        row: dict[str, Any] = {"variant": variant.name}
+    for name, row in zip(variant_names(parse_vary(vary)), result.rows, strict=True):
+        out: dict[str, Any] = {"variant": name}
+        if row.get("status") != "ok":
+            out["error"] = row.get("error") or "not run"
+            rows.append(out)
+            continue
         for label, key, scale in COLUMNS[1:]:
-            value = _lookup(summary, key)
-            row[label] = value * scale if value is not None and scale is not None else value
-        if "window" in summary:
-            row[WINDOW_LABEL] = _lookup(summary, WINDOW_KEY)
-        rows.append(row)
-    return rows, out_dir
-
-
-def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
-    """The rows as CSV: every column, and ``measured`` second when a variant has a measurement window."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    labels = [c[0] for c in COLUMNS]
-    if any(WINDOW_LABEL in row for row in rows):
-        labels.insert(1, WINDOW_LABEL)
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=labels)
-        writer.writeheader()
-        writer.writerows(rows)
+            value = row.get(key)
+            out[label] = value * scale if value is not None and scale is not None else value
+        if WINDOW_KEY in row:
+            out[WINDOW_LABEL] = row[WINDOW_KEY]
+        rows.append(out)
+    return rows, result
 
 
 def select_columns(text: str | None) -> list[str]:
-    """The table's columns: all, or those named (``variant`` always first)."""
+    """The table's columns: the usual ones, or those named (``variant`` always first)."""
     labels = [c[0] for c in COLUMNS]
     if not text:
-        return labels
+        return [label for label in labels if label not in DEFAULT_HIDDEN]
     labels.append(WINDOW_LABEL)
     chosen = [label.strip() for label in text.split(",") if label.strip()]
     for label in chosen:
@@ -158,13 +163,13 @@ def select_columns(text: str | None) -> list[str]:
 
 
 def format_markdown(rows: list[dict[str, Any]], labels: Sequence[str] | None = None) -> str:
-    """The comparison as a Markdown table (all columns, or ``labels``)."""
-    labels = list(labels) if labels is not None else [c[0] for c in COLUMNS]
+    """The comparison as a Markdown table (the usual columns, or ``labels``)."""
+    labels = list(labels) if labels is not None else select_columns(None)
     lines = ["| " + " | ".join(labels) + " |", "|" + "---|" * len(labels)]
     for row in rows:
         cells = []
         for label in labels:
-            value = row.get(label)  # None: a column a variant lacks (measured, without a window)
+            value = row.get(label)  # None: a column a variant lacks (measured, without a window; a failed one)
             if value is None:
                 cells.append("-")
             elif isinstance(value, float):

@@ -133,4 +133,5 @@ def test_compare_shows_how_many_requests_each_variant_measured(tmp_path: Path):
     header, _, plain, windowed_row = result.output.splitlines()[:4]
     assert header.startswith("| variant | measured | completed |")
     assert plain.startswith("| 0 | - | 4 |") and windowed_row.startswith("| 1 | 3 | 3 |")
-    assert (tmp_path / "d" / "comparison.csv").read_text().startswith("variant,measured,completed,")
+    points = (tmp_path / "d" / "points.csv").read_text().splitlines()
+    assert points[0].startswith('"warmup_requests","seed","variant"') and "window_num_measured" in points[0]

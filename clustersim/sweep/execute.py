@@ -39,6 +39,7 @@ from clustersim.sweep.tables import points_table, stats_table
 from clustersim.sweep.worker import PointTask, plan_point, scenario_sha256, write_point_file
 
 OnPoint = Callable[[Point, dict[str, Any]], None]
+OnStart = Callable[[int], None]
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,15 @@ def run_sweep(
     jobs: int | None = None,
     backend: BackendName = "local",
     address: str | None = None,
+    on_start: OnStart | None = None,
     on_point: OnPoint | None = None,
 ) -> SweepResult:
     """Run every point of ``spec`` not already finished in ``out_dir`` (None: a new folder
     ``runs/sweep-<name>-<time>``) and write the sweep's tables; ``on_point`` hears of each point as
-    it is settled (reused, failed before running, or run)."""
+    it is settled (reused, failed before running, or run), ``on_start`` of how many there are."""
     points = prepare(spec, base_path, source)
+    if on_start is not None:
+        on_start(len(points))
     if out_dir is None:
         out_dir = new_default_folder(f"sweep-{spec.name}")
     with claimed_folder(out_dir):

@@ -142,21 +142,25 @@ def test_reused_out_after_a_failed_run_holds_only_the_new_run(
 
 
 def test_compare_variant_folders_stay_inside_and_apart(hostile_dir: Path) -> None:
-    result = cli("compare", "tiny.yaml", "--vary", "name=..,ok", "--out", "cmp", "--jobs", "1")
+    result = cli("compare", "tiny.yaml", "--vary", "name=..,ok,a/b", "--out", "cmp", "--jobs", "1")
     assert_answered(result, (0,))
-    assert sorted(p.name for p in (hostile_dir / "cmp").iterdir() if p.is_dir()) == ["ok", "value"]
+    runs = hostile_dir / "cmp" / "runs"
+    assert sorted(p.name for p in runs.iterdir()) == ["name=..", "name=a%2Fb", "name=ok"]
+    assert all((p / "seed=1" / "summary.json").is_file() for p in runs.iterdir())
     result = cli("compare", "tiny.yaml", "--vary", "seed=1,1,1", "--out", "dup", "--jobs", "3")
-    assert_answered(result, (0,))
-    assert sorted(p.name for p in (hostile_dir / "dup").iterdir() if p.is_dir()) == ["1", "1-2", "1-3"]
+    assert_answered(result, (2,))
+    assert "--vary: axes (seed_value): two values are labelled '1': give distinct labels" in result.stderr
 
 
-def test_compare_refuses_a_variant_the_engine_defaults_make_invalid_before_running_any(hostile_dir: Path) -> None:
-    # the engine's 1024 seats do not fit a 512-token budget: a clean exit 2 from the parent, in parallel too
+def test_compare_runs_the_other_variants_when_one_is_invalid(hostile_dir: Path) -> None:
+    # the engine's 1024 seats do not fit a 512-token budget: that variant fails, the other runs, exit 1
     vary = "scheduler={policy: vllm_v0},{max_num_batched_tokens: 512}"
     result = cli("compare", "tiny.yaml", "--vary", vary, "--out", "bad", "--jobs", "2")
-    assert_answered(result, (2,))
+    assert_answered(result, (1,))
     assert "max_num_batched_tokens (512) must be at least max_num_seqs (1024)" in result.stderr
-    assert not (hostile_dir / "bad").exists()
+    table = result.stdout.splitlines()
+    assert table[2].startswith("| policy-vllm_v0 | 20 | 0 | ")
+    assert table[3].startswith("| max_num_batched_tokens-512 | - |")
 
 
 # ----------------------------------------------------------------------------- traces

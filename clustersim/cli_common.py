@@ -1,0 +1,42 @@
+"""What several commands share: finding a scenario or data file by name, writing a table into the docs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from clustersim.config.catalogue import builtin_data_dir
+from clustersim.doctables import shown_command, write_doc_table
+from clustersim.errors import ClusterSimError
+from clustersim.guard import fail
+
+
+def write_doc(target: str, markdown: str, note: str = "") -> None:
+    try:
+        path = write_doc_table(target, markdown, shown_command(sys.argv[1:]), note)
+    except (ClusterSimError, OSError) as exc:
+        fail(str(exc))
+        return
+    click.echo(f"wrote the table into {path}")
+
+
+def resolve_scenario_path(scenario: str | None) -> Path:
+    """A path as given, else a built-in scenario by name; no argument means the built-in default."""
+    if scenario is None:
+        return builtin_data_dir("scenarios") / "default.yaml"
+    path = Path(scenario)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return path
+    builtin = builtin_data_dir("scenarios") / f"{scenario}.yaml"
+    return builtin if builtin.exists() else path
+
+
+def resolve_data_file(argument: str, folder: str) -> Path:
+    """A path as given, else a built-in file by name (``scenarios/<folder>/<name>.yaml``)."""
+    path = Path(argument)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return path
+    builtin = builtin_data_dir("scenarios") / folder / f"{argument}.yaml"
+    return builtin if builtin.exists() else path
