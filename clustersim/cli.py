@@ -23,7 +23,7 @@ from clustersim.bench import (
 )
 from clustersim.calibration.command import calibrate
 from clustersim.cli_common import resolve_scenario_path, write_doc
-from clustersim.cli_sweep import compare_command, sweep
+from clustersim.cli_sweep import compare_command, plan_command, sweep
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
@@ -197,6 +197,7 @@ def profiles() -> None:
 main.add_command(calibrate)
 main.add_command(sweep)
 main.add_command(compare_command)
+main.add_command(plan_command)
 
 
 @main.command()

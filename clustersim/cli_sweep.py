@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_co
 from clustersim.errors import ClusterSimError
 from clustersim.guard import EXIT_INTERRUPTED, fail
 from clustersim.outdir import new_default_folder
+from clustersim.plan import PlanSpec, load_plan, run_plan_spec
+from clustersim.plan.search import Evaluation
 from clustersim.sweep import Point, SweepResult, load_sweep, resolve_base, run_sweep
 from clustersim.sweep.printout import stats_markdown
 
@@ -149,3 +152,77 @@ def compare_command(
     if doc and not result.num_failed:
         write_doc(doc, table)
     finish(result, printer, table)
+
+
+@click.command(name="plan")
+@click.argument("plan_file")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/plan-NAME-TIME].")
+@click.option("--jobs", type=click.IntRange(min=1), help="Runs at once [default: the machine's cores].")
+@click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--address", help="A Ray cluster to join (with --backend ray) [default: start Ray locally].")
+@click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
+@click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
+def plan_command(
+    plan_file: str,
+    out_dir: Path | None,
+    jobs: int | None,
+    backend: str,
+    address: str | None,
+    doc: str | None,
+    quiet: bool,
+) -> None:
+    """Answer PLAN_FILE (a YAML file, or a built-in plan by name): for each option, the fewest replicas
+    meeting the SLOs in every seed, ranked by price. A rerun into the same --out reuses every run."""
+    path = resolve_data_file(plan_file, "plans")
+    try:
+        spec = load_plan(path)
+        base = resolve_base(spec.base, path.parent)
+        target = out_dir if out_dir is not None else new_default_folder(f"plan-{spec.name}")
+    except ClusterSimError as exc:
+        fail(str(exc))
+        return
+    started = time.perf_counter()
+    say = _evaluation_printer(quiet)
+    try:
+        result = run_plan_spec(spec, base, target, source=str(path), jobs=jobs, backend=backend,  # type: ignore[arg-type]
+                               address=address, on_evaluation=say)  # fmt: skip
+    except ClusterSimError as exc:
+        fail(str(exc))
+        return
+    except KeyboardInterrupt:
+        click.echo(
+            f"clustersim: interrupted; every finished run is kept in {target}/ (run again to reuse them)", err=True
+        )
+        sys.exit(EXIT_INTERRUPTED)
+    table = (result.out_dir / "plan.md").read_text(encoding="utf-8").rstrip("\n")
+    click.echo(f"{spec.name}: {result.target_rate_per_s:.4g} req/s, {slo_text(spec)}, {spec_seeds(spec)}")
+    click.echo(table)
+    if doc:
+        write_doc(doc, table)
+    evaluations = sum(len(a.evaluations) for a in result.answers)
+    click.echo(
+        f"{evaluations} evaluations in {time.perf_counter() - started:.1f} s; wrote {result.out_dir}/ "
+        "(plan.parquet, plan.md, evaluations.parquet, evaluations/)"
+    )
+
+
+def slo_text(spec: PlanSpec) -> str:
+    targets = ", ".join(f"{name} <= {value:g}" for name, value in spec.slo.targets().items())
+    return f"p{spec.slo.percentile:g} {targets}"
+
+
+def spec_seeds(spec: PlanSpec) -> str:
+    count = spec.seeds if isinstance(spec.seeds, int) else len(spec.seeds)
+    return f"{count} seeds, met in every seed"
+
+
+def _evaluation_printer(quiet: bool) -> Callable[[str, Evaluation], None]:
+    show = not quiet and sys.stderr.isatty()
+
+    def say(option: str, evaluation: Evaluation) -> None:
+        if show:
+            verdict = "error" if evaluation.error else "met" if evaluation.met else "missed"
+            click.echo(f"{option}: {evaluation.num_replicas} replicas x{evaluation.rate_factor:.3g} rate: {verdict}",
+                       err=True)  # fmt: skip
+
+    return say

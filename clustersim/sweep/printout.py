@@ -28,12 +28,13 @@ def number(value: float) -> str:
 
 
 def with_interval(mean: Any, low: Any, high: Any, scale: float) -> str:
-    """``mean`` (scaled), with ``+- half-width`` when the interval is known."""
+    """``mean`` (scaled), with ``± half-width`` (to the mean's decimals) when the interval is known."""
     if mean is None or (isinstance(mean, float) and math.isnan(mean)):
         return "-"
     text = number(mean * scale)
     if low is not None and high is not None and not math.isnan(low) and not math.isnan(high):
-        text += f" ± {number((high - low) / 2 * scale)}"
+        decimals = len(text.partition(".")[2]) if "e" not in text else 3
+        text += f" ± {(high - low) / 2 * scale:.{decimals}f}"
     return text
 
 

@@ -1,0 +1,157 @@
+"""Run a plan: for each option, the fewest replicas meeting the SLO across seeds (and optionally the
+highest rate they sustain), each evaluation a small sweep in ``OUT/evaluations/<option>/``.
+
+.. code-block:: text
+
+    OUT/plan.parquet, plan.md     one row per option, ranked: replicas, GPUs, $/h, $/M output tokens,
+                                  the SLO figures (mean and 95% interval over seeds), max rate
+    OUT/evaluations.parquet       every evaluation: option, replicas, rate, verdict, figures
+    OUT/evaluations/<option>/replicas=N-rate=R/   each evaluation's sweep folder (runs, tables)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustersim.config.loader import load_scenario
+from clustersim.errors import ConfigError, one_line
+from clustersim.outdir import claimed_folder, new_default_folder, safe_name
+from clustersim.plan.search import Evaluation, ReplicaAnswer, fewest_replicas, highest_rate
+from clustersim.plan.spec import PlanOption, PlanSpec
+from clustersim.plan.table import evaluations_table, format_plan_markdown, plan_table
+from clustersim.plan.traffic import offered_rate_per_s, rate_overrides
+from clustersim.sweep.backends import BackendName
+from clustersim.sweep.execute import run_sweep
+from clustersim.sweep.points import override
+from clustersim.sweep.spec import SweepSpec
+from clustersim.sweep.store import write_table_atomically
+
+OnEvaluation = Callable[[str, Evaluation], None]
+
+
+@dataclass(frozen=True)
+class OptionAnswer:
+    """One option's answer: the fewest replicas (None: none found, ``reason`` why), the evaluation
+    at that count, the highest rate it sustains (if asked), and every evaluation."""
+
+    option: PlanOption
+    hardware: str
+    replicas: ReplicaAnswer
+    answer: Evaluation | None
+    max_rate_per_s: float | None
+    evaluations: list[Evaluation]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    out_dir: Path
+    spec: PlanSpec
+    target_rate_per_s: float
+    answers: list[OptionAnswer]
+
+
+@dataclass(frozen=True)
+class Runner:
+    """How evaluations run: where, on which backend, telling whom."""
+
+    spec: PlanSpec
+    base_path: Path
+    out_dir: Path
+    jobs: int | None
+    backend: BackendName
+    address: str | None
+    on_evaluation: OnEvaluation | None
+
+    def evaluator(
+        self, option: PlanOption, base_rate_per_s: float, target_rate_per_s: float
+    ) -> Callable[[int, float], Evaluation]:
+        """The evaluation of ``option`` at a count and a factor of the target rate."""
+        scale = target_rate_per_s / base_rate_per_s
+        scenario = load_scenario(self.base_path, self._shared(option)).scenario
+
+        def evaluate(num_replicas: int, factor: float) -> Evaluation:
+            rate = target_rate_per_s * factor
+            overrides = {**self.spec.set, **option.set, "cluster.num_replicas": num_replicas,
+                         **rate_overrides(scenario, scale * factor)}  # fmt: skip
+            sweep = SweepSpec(name=f"{self.spec.name}-{option.name}", set=overrides, seeds=self.spec.seeds,
+                              slo=self.spec.slo, prices_usd_per_gpu_hour=self.spec.prices_usd_per_gpu_hour)  # fmt: skip
+            folder = self.out_dir / "evaluations" / safe_name(option.name) / f"replicas={num_replicas}-rate={rate:.6g}"
+            result = run_sweep(sweep, self.base_path, folder, source=f"plan option {option.name}", jobs=self.jobs,
+                               backend=self.backend, address=self.address)  # fmt: skip
+            stats = result.stats_table.to_pylist()[0]
+            error = stats.get("error") if stats["num_ok"] < stats["num_seeds"] else None
+            evaluation = Evaluation(num_replicas, factor, bool(stats.get("slo_met_all_seeds")), stats, error)
+            if self.on_evaluation is not None:
+                self.on_evaluation(option.name, evaluation)
+            return evaluation
+
+        return evaluate
+
+    def hardware(self, option: PlanOption) -> str:
+        """The option's GPU (``mixed`` for a cluster of several groups)."""
+        cluster = load_scenario(self.base_path, self._shared(option)).scenario.cluster
+        return cluster.hardware if not cluster.groups else "mixed"
+
+    def _shared(self, option: PlanOption) -> list[str]:
+        return [override(path, value) for path, value in {**self.spec.set, **option.set}.items()]
+
+
+def run_plan_spec(
+    spec: PlanSpec,
+    base_path: Path,
+    out_dir: Path | None,
+    *,
+    source: str = "plan",
+    jobs: int | None = None,
+    backend: BackendName = "local",
+    address: str | None = None,
+    on_evaluation: OnEvaluation | None = None,
+) -> PlanResult:
+    """Answer the plan for every option and write its tables into ``out_dir`` (None: a new folder
+    ``runs/plan-<name>-<time>``)."""
+    if out_dir is None:
+        out_dir = new_default_folder(f"plan-{spec.name}")
+    with claimed_folder(out_dir):
+        runner = Runner(spec, base_path, out_dir, jobs, backend, address, on_evaluation)
+        answers: list[OptionAnswer] = []
+        target = spec.traffic.rate_per_s
+        for option in spec.options:
+            base_rate, target_rate = _rates(spec, base_path, option, source)
+            target = target_rate if target is None else target
+            answers.append(_answer(runner, option, base_rate, target_rate))
+            _write(out_dir, spec, target_rate, answers)
+    return PlanResult(out_dir, spec, target if target is not None else 0.0, answers)
+
+
+def _rates(spec: PlanSpec, base_path: Path, option: PlanOption, source: str) -> tuple[float, float]:
+    shared = [override(path, value) for path, value in {**spec.set, **option.set}.items()]
+    try:
+        loaded = load_scenario(base_path, shared)
+        base_rate = offered_rate_per_s(loaded.scenario, loaded.base_dir, loaded.source)
+    except ConfigError as exc:
+        raise ConfigError(source, f"options ({option.name})", one_line(str(exc))) from None
+    return base_rate, spec.traffic.rate_per_s or base_rate
+
+
+def _answer(runner: Runner, option: PlanOption, base_rate: float, target_rate: float) -> OptionAnswer:
+    evaluate = runner.evaluator(option, base_rate, target_rate)
+    bounds = runner.spec.replicas
+    replicas = fewest_replicas(evaluate, bounds.min, bounds.max, bounds.start or bounds.min)
+    evaluations = list(replicas.evaluations)
+    answer = next((e for e in evaluations if e.num_replicas == replicas.num_replicas and e.met), None)
+    max_rate = None
+    if replicas.num_replicas is not None and runner.spec.max_rate is not None:
+        setting = runner.spec.max_rate
+        factor, more = highest_rate(evaluate, replicas.num_replicas, setting.tolerance_frac, setting.max_factor)
+        evaluations.extend(more)
+        max_rate = factor * target_rate
+    return OptionAnswer(option, runner.hardware(option), replicas, answer, max_rate, evaluations)
+
+
+def _write(out_dir: Path, spec: PlanSpec, target_rate: float, answers: list[OptionAnswer]) -> None:
+    table = plan_table(spec, answers)
+    write_table_atomically(table, out_dir / "plan.parquet")
+    write_table_atomically(evaluations_table(spec, answers, target_rate), out_dir / "evaluations.parquet")
+    (out_dir / "plan.md").write_text(format_plan_markdown(spec, table, target_rate) + "\n", encoding="utf-8")
