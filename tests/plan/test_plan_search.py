@@ -1,0 +1,73 @@
+"""The plan's searches against hand-made monotone verdicts: the answer, and how few evaluations it takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from clustersim.plan.search import Evaluation, fewest_replicas, highest_rate
+
+
+def counting(needed: int, error_at: int | None = None) -> tuple[list[int], object]:
+    asked: list[int] = []
+
+    def evaluate(count: int, factor: float) -> Evaluation:
+        assert factor == 1.0
+        asked.append(count)
+        error = "does not fit" if count == error_at else None
+        return Evaluation(count, factor, count >= needed, {}, error)
+
+    return asked, evaluate
+
+
+@pytest.mark.parametrize(
+    ("needed", "low", "high", "start", "answer", "asked"),
+    [
+        (1, 1, 64, 1, 1, [1]),
+        (5, 1, 64, 1, 5, [1, 2, 4, 8, 6, 5]),
+        (11, 1, 32, 2, 11, [2, 4, 8, 16, 12, 10, 11]),
+        (3, 1, 64, 8, 3, [8, 4, 2, 3]),  # a start above the answer bisects down from low
+        (64, 1, 64, 1, 64, [1, 2, 4, 8, 16, 32, 64, 48, 56, 60, 62, 63]),
+        (40, 1, 50, 1, 40, [1, 2, 4, 8, 16, 32, 50, 41, 36, 38, 39, 40]),
+    ],
+)
+def test_fewest_replicas_brackets_then_bisects(
+    needed: int, low: int, high: int, start: int, answer: int, asked: list[int]
+) -> None:
+    seen, evaluate = counting(needed)
+    result = fewest_replicas(evaluate, low, high, start)  # type: ignore[arg-type]
+    assert result.num_replicas == answer and result.reason is None
+    assert seen == asked
+    assert [e.num_replicas for e in result.evaluations] == asked
+
+
+def test_fewest_replicas_says_when_no_count_meets_the_slo() -> None:
+    seen, evaluate = counting(100)
+    result = fewest_replicas(evaluate, 1, 20, 1)  # type: ignore[arg-type]
+    assert result.num_replicas is None and result.reason == "no count up to 20 replicas meets the SLO"
+    assert seen == [1, 2, 4, 8, 16, 20]
+
+
+def test_fewest_replicas_stops_at_an_error() -> None:
+    seen, evaluate = counting(5, error_at=2)
+    result = fewest_replicas(evaluate, 1, 20, 1)  # type: ignore[arg-type]
+    assert result.num_replicas is None and result.reason == "does not fit" and seen == [1, 2]
+
+
+def test_highest_rate_brackets_by_half_again_then_bisects_to_the_tolerance() -> None:
+    factors: list[float] = []
+
+    def evaluate(count: int, factor: float) -> Evaluation:
+        factors.append(factor)
+        return Evaluation(count, factor, factor <= 2.0, {})
+
+    best, seen = highest_rate(evaluate, 4, tolerance_frac=0.05, max_factor=16.0)  # type: ignore[arg-type]
+    assert factors[:2] == [1.5, 2.25]
+    assert [e.rate_factor for e in seen] == factors
+    assert 2.0 / 1.05 <= best <= 2.0
+    # every factor that met is at most the answer; the bracket closed within 5%
+    assert all(f <= best for f in factors if f <= 2.0)
+
+
+def test_highest_rate_stops_at_the_cap() -> None:
+    best, seen = highest_rate(lambda c, f: Evaluation(c, f, True, {}), 1, 0.05, 3.0)  # type: ignore[arg-type]
+    assert best == 3.0 and [e.rate_factor for e in seen] == [1.5, 2.25, 3.0]
