@@ -55,9 +55,13 @@ def finish(result: SweepResult, printer: PointPrinter, table: str) -> None:
         "as Hive-partitioned datasets)"
     )
     if result.num_failed:
+        failures: dict[str, list[str]] = {}
         for point, row in zip(result.points, result.rows, strict=True):
             if row.get("status") != "ok":
-                click.echo(f"failed: {point.label}: {row.get('error')}", err=True)
+                failures.setdefault(str(row.get("error") or "not run"), []).append(point.label)
+        for error, labels in failures.items():
+            which = labels[0] if len(labels) == 1 else f"{len(labels)} points ({labels[0]}, ...)"
+            click.echo(f"failed: {which}: {error}", err=True)
         sys.exit(EXIT_SOME_FAILED)
 
 
