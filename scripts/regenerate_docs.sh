@@ -9,9 +9,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met %"
 
-# README: the capacity question
-clustersim compare default --vary cluster.num_replicas=2,3,4,6 --set slo.percentile=99 \
-  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,ITL p99 ms,SLO met %,out tok/s" --out "$out/capacity" --doc README.md#capacity
+# README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
+clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan
+clustersim plan chat-60rps --out "$out/plan" --doc docs/sweeps.md#plan
 
 # docs/scenarios.md: routers on the Azure conversation trace
 clustersim compare azure-conv-replay \

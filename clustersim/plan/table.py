@@ -40,8 +40,8 @@ def _figures(stats: dict[str, Any], spec: PlanSpec) -> dict[str, Any]:
 
 
 def plan_table(spec: PlanSpec, answers: list[OptionAnswer]) -> pa.Table:
-    """One row per option, cheapest answer first (per hour, then per million output tokens); options
-    without an answer last, with the reason."""
+    """One row per option, cheapest answer first (per hour, then per million output tokens, then the
+    most headroom: the highest sustained rate); options without an answer last, with the reason."""
     rows = []
     for item in answers:
         stats = item.answer.stats if item.answer is not None else {}
@@ -70,12 +70,13 @@ def _int(value: Any) -> int | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(value)
 
 
-def _rank_key(row: dict[str, Any]) -> tuple[int, float, float]:
+def _rank_key(row: dict[str, Any]) -> tuple[int, float, float, float]:
     if row["num_replicas"] is None:
-        return (1, 0.0, 0.0)
+        return (1, 0.0, 0.0, 0.0)
     per_hour = row["cost_usd_per_hour"] if row["cost_usd_per_hour"] is not None else math.inf
     per_token = row["cost_usd_per_m_output_tokens_mean"]
-    return (0, per_hour, per_token if per_token is not None else math.inf)
+    headroom = -row["max_rate_per_s"] if row["max_rate_per_s"] is not None else 0.0
+    return (0, per_hour, per_token if per_token is not None else math.inf, headroom)
 
 
 def evaluations_table(spec: PlanSpec, answers: list[OptionAnswer], target_rate_per_s: float) -> pa.Table:
