@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -35,7 +36,25 @@ def builtin_data_dir(name: str) -> Path:
 
 
 def load_profile_file(path: Path, model_cls: type[ProfileT]) -> ProfileT:
-    """Load one profile YAML file, reporting problems as ``file: field: problem``."""
+    """Load one profile YAML file, reporting problems as ``file: field: problem``.
+
+    A file read before and unchanged since (same size and modification time) is not parsed again:
+    a sweep plans thousands of runs against the same few dozen profiles, and a profile is frozen.
+    """
+    try:
+        stat = path.stat()
+    except OSError:
+        return _parse_profile(path, model_cls)  # reports the file's problem
+    return cast(ProfileT, _parsed_profile(str(path.resolve()), stat.st_mtime_ns, stat.st_size, model_cls))
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed_profile(path: str, mtime_ns: int, size: int, model_cls: type[AnyProfile]) -> AnyProfile:
+    del mtime_ns, size  # part of the key only
+    return _parse_profile(Path(path), model_cls)  # type: ignore[type-var]
+
+
+def _parse_profile(path: Path, model_cls: type[ProfileT]) -> ProfileT:
     raw = read_yaml_mapping(path)
     try:
         return model_cls.model_validate(raw)
