@@ -212,7 +212,10 @@ def plan_command(
 
 def slo_text(spec: PlanSpec) -> str:
     targets = ", ".join(f"{name} <= {value:g}" for name, value in spec.slo.targets().items())
-    return f"p{spec.slo.percentile:g} {targets}"
+    text = f"p{spec.slo.percentile:g} {targets}" if spec.slo.percentile is not None else targets
+    if spec.min_attainment_frac is not None:
+        text += f", {spec.min_attainment_frac:.4g} of requests meeting every target"
+    return text
 
 
 def spec_seeds(spec: PlanSpec) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError, one_line
@@ -82,12 +83,24 @@ class Runner:
                                backend=self.backend, address=self.address)  # fmt: skip
             stats = result.stats_table.to_pylist()[0]
             error = stats.get("error") if stats["num_ok"] < stats["num_seeds"] else None
-            evaluation = Evaluation(num_replicas, factor, bool(stats.get("slo_met_all_seeds")), stats, error)
+            verdicts = [self.seed_meets(row) for row in result.rows]
+            stats["slo_met_seeds_frac"] = sum(verdicts) / len(verdicts)
+            evaluation = Evaluation(num_replicas, factor, all(verdicts), stats, error)
             if self.on_evaluation is not None:
                 self.on_evaluation(option.name, evaluation)
             return evaluation
 
         return evaluate
+
+    def seed_meets(self, row: dict[str, Any]) -> bool:
+        """One seed's verdict: it ran, met the targets at the percentile (if one is set), and enough
+        of its requests met every target (if ``min_attainment_frac`` is set)."""
+        if row.get("status") != "ok":
+            return False
+        if self.spec.slo.percentile is not None and row.get("slo_met") is not True:
+            return False
+        floor = self.spec.min_attainment_frac
+        return floor is None or (row.get("slo_attainment_frac") or 0.0) >= floor
 
     def hardware(self, option: PlanOption) -> str:
         """The option's GPU (``mixed`` for a cluster of several groups)."""

@@ -7,6 +7,7 @@
     set: {stop.max_requests: 6000}    # overrides every run shares
     traffic: {rate_per_s: 60}         # the offered rate, all tenants scaled together
     slo: {ttft_s: 0.5, tpot_s: 0.05, percentile: 99}
+    min_attainment_frac: 0.99         # optional: also 99% of requests meet every target (goodput)
     seeds: 3                          # an option meets the SLO when every seed does
     replicas: {min: 1, max: 64}
     options:
@@ -74,6 +75,7 @@ class PlanSpec(StrictModel):
     set: dict[str, Any] = Field(default_factory=dict)
     traffic: Traffic = Traffic()
     slo: SLO
+    min_attainment_frac: float | None = Field(default=None, gt=0.0, le=1.0)
     seeds: PositiveInt | list[int] = 3
     replicas: ReplicaRange = ReplicaRange()
     options: list[PlanOption] = Field(min_length=1)
@@ -82,8 +84,11 @@ class PlanSpec(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> PlanSpec:
-        if self.slo.percentile is None:
-            raise ValueError("slo.percentile is needed: the plan judges each run at a percentile (e.g. 99)")
+        if self.slo.percentile is None and self.min_attainment_frac is None:
+            raise ValueError(
+                "slo.percentile or min_attainment_frac is needed: the plan judges each run at a percentile "
+                "(e.g. 99) or by the share of requests meeting every target"
+            )
         if not self.slo.targets():
             raise ValueError("slo needs at least one target (ttft_s, tpot_s, itl_s or e2e_s)")
         folders = [safe_name(option.name).lower() for option in self.options]

@@ -23,9 +23,11 @@ def _percentile_name(metric: str, percentile: float) -> str:
 
 def _figures(stats: dict[str, Any], spec: PlanSpec) -> dict[str, Any]:
     """The SLO metrics at the percentile and the cost, each as mean and 95% interval."""
-    percentile = spec.slo.percentile or 0.0
+    percentile = spec.slo.percentile
     out: dict[str, Any] = {}
-    sources = {_percentile_name(m, percentile): f"slo_percentile_{m}" for m in spec.slo.targets()}
+    sources = {}
+    if percentile is not None:
+        sources = {_percentile_name(m, percentile): f"slo_percentile_{m}" for m in spec.slo.targets()}
     sources.update(
         {
             "cost_usd_per_m_output_tokens": "cost_usd_per_m_output_tokens",
@@ -104,10 +106,11 @@ def evaluations_table(spec: PlanSpec, answers: list[OptionAnswer], target_rate_p
 
 def format_plan_markdown(spec: PlanSpec, table: pa.Table, target_rate_per_s: float) -> str:
     """The ranked options as a Markdown table."""
-    percentile = spec.slo.percentile or 0.0
-    metrics = list(spec.slo.targets())
+    percentile = spec.slo.percentile
+    metrics = list(spec.slo.targets()) if percentile is not None else []
     header = ["rank", "option", "replicas", "GPUs", "$/h", "$/M out tok"]
     header += [f"{METRIC_LABELS[m]} p{percentile:g} ms" for m in metrics]
+    header += ["SLO met %"] if spec.min_attainment_frac is not None else []
     header += ["seeds met"] + (["max rate req/s"] if spec.max_rate is not None else [])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table.to_pylist():
@@ -118,7 +121,9 @@ def format_plan_markdown(spec: PlanSpec, table: pa.Table, target_rate_per_s: flo
         cells = [str(row["rank"]), row["option"], str(row["num_replicas"]), str(row["num_gpus"])]
         cells.append("-" if row["cost_usd_per_hour"] is None else f"{row['cost_usd_per_hour']:.2f}")
         cells.append(_interval(row, "cost_usd_per_m_output_tokens", 1.0))
-        cells += [_interval(row, _percentile_name(m, percentile), 1e3) for m in metrics]
+        cells += [_interval(row, _percentile_name(m, percentile), 1e3) for m in metrics if percentile is not None]
+        if spec.min_attainment_frac is not None:
+            cells.append(_interval(row, "slo_attainment_frac", 100.0))
         frac = row["slo_met_seeds_frac"]
         cells.append("-" if frac is None else f"{frac:.0%}")
         if spec.max_rate is not None:

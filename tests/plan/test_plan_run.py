@@ -111,7 +111,7 @@ def test_the_plan_command_prints_the_ranked_table(plan_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("slo: {ttft_s: 0.1}\noptions: [{name: a}]\n", "bad.yaml: slo.percentile is needed: the plan judges each run at a percentile"),
+        ("slo: {ttft_s: 0.1}\noptions: [{name: a}]\n", "bad.yaml: slo.percentile or min_attainment_frac is needed"),
         ("slo: {ttft_s: 0.1, percentile: 99}\noptions: []\n", "bad.yaml: options: needs at least 1 item(s), got 0"),
         ("slo: {ttft_s: 0.1, percentile: 99}\noptions: [{name: a, set: {cluster.num_replicas: 2}}]\n",
          "option 'a' sets cluster.num_replicas: the plan searches it"),
@@ -134,3 +134,26 @@ def test_closed_loop_traffic_has_no_rate_to_scale(plan_dir: Path) -> None:
     (plan_dir / "tiny.yaml").write_text(text, encoding="utf-8")
     result = CliRunner().invoke(main, ["plan", str(plan_dir / "plan.yaml"), "--out", str(plan_dir / "o")])
     assert result.exit_code == 2 and "closed_loop arrivals have no offered rate to scale" in result.stderr
+
+
+def test_a_plan_judged_by_the_share_of_requests_meeting_the_targets(plan_dir: Path) -> None:
+    text = PLAN.replace("slo: {ttft_s: 0.1, percentile: 90}", "slo: {ttft_s: 0.1}\nmin_attainment_frac: 0.95")
+    (plan_dir / "goodput.yaml").write_text(text, encoding="utf-8")
+    result = run_plan_spec(load_plan(plan_dir / "goodput.yaml"), plan_dir / "tiny.yaml", plan_dir / "g", jobs=2)
+    answer = result.answers[0]
+    assert answer.option.name == "two-seats" and answer.replicas.num_replicas is not None
+    count = answer.replicas.num_replicas
+    # brute force: every seed's share of requests within 100 ms TTFT, at the answer and one fewer
+    (plan_dir / "check.yaml").write_text(
+        "name: check\nbase: tiny.yaml\nset: {workload.tenants.0.arrival.rate_per_s: 60.0}\n"
+        f"axes: [{{path: cluster.num_replicas, values: {[count - 1, count] if count > 1 else [count]}}}]\n"
+        "seeds: [7, 8]\nslo: {ttft_s: 0.1}\n",
+        encoding="utf-8",
+    )
+    sweep = run_sweep(load_sweep(plan_dir / "check.yaml"), plan_dir / "tiny.yaml", plan_dir / "check", jobs=1)
+    shares: dict[int, list[float]] = {}
+    for row in sweep.points_table.to_pylist():
+        shares.setdefault(row["num_replicas"], []).append(row["slo_attainment_frac"])
+    assert all(share >= 0.95 for share in shares[count])
+    if count > 1:
+        assert any(share < 0.95 for share in shares[count - 1])
