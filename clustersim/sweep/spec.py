@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Discriminator, Field, PositiveFloat, PositiveInt, Tag, model_validator
 
 from clustersim.config.base import MAX_SEED, SLO, StrictModel
 from clustersim.config.loader import check_unknown_keys, read_yaml_mapping, validate_mapping
@@ -82,6 +82,17 @@ class ZipAxes(StrictModel):
         return self
 
 
+def _entry_kind(value: Any) -> str:
+    """Which model an entry of ``axes`` is: zipped axes have a ``zip`` key."""
+    if isinstance(value, dict):
+        return "zip" if "zip" in value else "axis"
+    return "zip" if isinstance(value, ZipAxes) else "axis"
+
+
+_TAG_IN_PATH = re.compile(r"^(axes\[\d+\])\.(?:axis|zip)(?=$|[.\[])")
+AxisEntry = Annotated[Annotated[Axis, Tag("axis")] | Annotated[ZipAxes, Tag("zip")], Discriminator(_entry_kind)]
+
+
 class SweepSpec(StrictModel):
     """A sweep file, validated (see the module docstring)."""
 
@@ -89,7 +100,7 @@ class SweepSpec(StrictModel):
     description: str = ""
     base: str = "default"
     set: dict[str, Any] = Field(default_factory=dict)
-    axes: list[Axis | ZipAxes] = Field(default_factory=list)
+    axes: list[AxisEntry] = Field(default_factory=list)
     seeds: PositiveInt | list[int] = 1
     slo: SLO | None = None
     prices_usd_per_gpu_hour: dict[str, PositiveFloat] = Field(default_factory=dict)
@@ -122,11 +133,7 @@ class SweepSpec(StrictModel):
 
 def load_sweep(path: Path) -> SweepSpec:
     """Read and validate a sweep file (errors name the file and the field)."""
-    raw = read_yaml_mapping(path)
-    check_unknown_keys(raw, SweepSpec, str(path))
-    spec = validate_mapping(raw, SweepSpec, str(path))
-    assert isinstance(spec, SweepSpec)
-    return spec
+    return sweep_from_mapping(read_yaml_mapping(path), str(path))
 
 
 def sweep_from_mapping(raw: dict[str, Any], source: str) -> SweepSpec:
@@ -134,6 +141,12 @@ def sweep_from_mapping(raw: dict[str, Any], source: str) -> SweepSpec:
     if not isinstance(raw, dict):
         raise ConfigError(source, "", f"a sweep must be a mapping, not {type(raw).__name__}")
     check_unknown_keys(raw, SweepSpec, source)
-    spec = validate_mapping(raw, SweepSpec, source)
+    for index, entry in enumerate(raw.get("axes") or [] if isinstance(raw.get("axes"), list) else []):
+        model = ZipAxes if _entry_kind(entry) == "zip" else Axis
+        check_unknown_keys(entry, model, source, f"axes[{index}]")
+    try:
+        spec = validate_mapping(raw, SweepSpec, source)
+    except ConfigError as exc:  # the entry's kind (axis or zip) is in pydantic's path, not the file's
+        raise ConfigError(source, _TAG_IN_PATH.sub(r"\1", exc.field_path), exc.problem) from None
     assert isinstance(spec, SweepSpec)
     return spec
