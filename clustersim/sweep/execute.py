@@ -19,8 +19,10 @@ from typing import Any
 import pyarrow as pa
 import yaml
 
+from clustersim.config.base import MAX_SEED
 from clustersim.config.catalogue import builtin_data_dir
-from clustersim.config.loader import load_scenario
+from clustersim.config.loader import apply_overrides, read_yaml_mapping
+from clustersim.config.scenario import Scenario
 from clustersim.errors import ClusterSimError, ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.sweep.backends import BackendName, make_backend
@@ -72,14 +74,16 @@ def resolve_base(base: str, relative_to: Path | None) -> Path:
 
 
 def prepare(spec: SweepSpec, base_path: Path, source: str) -> list[Point]:
-    """The sweep's points (the base scenario loaded once, with the shared overrides, for its seed)."""
+    """The sweep's points. The base scenario is read once here (a missing or unreadable file, or a
+    shared override that names no field, stops the sweep before it starts), for its seed; whether
+    each point's scenario is valid is the point's own business."""
     shared = [override(path, value) for path, value in spec.set.items()]
-    if spec.slo is not None:
-        shared.append(override("slo", spec.slo.model_dump(exclude_none=True)))
     try:
-        base_seed = load_scenario(base_path, shared).scenario.seed
+        raw = apply_overrides(read_yaml_mapping(base_path), shared, str(base_path))
     except ConfigError as exc:
-        raise ConfigError(source, "base", f"{one_line(str(exc))}") from None
+        raise ConfigError(source, "base", one_line(str(exc))) from None
+    seed = raw.get("seed", Scenario.model_fields["seed"].default)
+    base_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED else 0
     return expand(spec, base_seed, source)
 
 
@@ -113,6 +117,7 @@ def run_sweep(
             for task_index, row in runner.run(tasks):
                 index = indices[task_index]
                 row["scenario_sha256"] = tasks[task_index].scenario_sha256
+                row["reused"] = False
                 rows[index] = row
                 if on_point is not None:
                     on_point(points[index], row)
@@ -138,7 +143,7 @@ def _settle_known(
         try:
             sha = scenario_sha256(plan_point(str(base_path), point.overrides))
         except ClusterSimError as exc:
-            rows[index] = {"status": "failed", "error": one_line(str(exc)), "wall_s": 0.0}
+            rows[index] = {"status": "failed", "error": one_line(str(exc)), "wall_s": 0.0, "reused": False}
             task = PointTask(str(base_path), point.overrides, str(folder.resolve()), point.key, point.label, "")
             write_point_file(folder, task, rows[index])
         else:
