@@ -15,10 +15,10 @@ from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_co
 from clustersim.errors import ClusterSimError
 from clustersim.guard import EXIT_INTERRUPTED, fail
 from clustersim.outdir import new_default_folder
-from clustersim.plan import PlanSpec, load_plan, run_plan_spec
-from clustersim.plan.search import Evaluation
-from clustersim.sweep import Point, SweepResult, load_sweep, resolve_base, run_sweep
-from clustersim.sweep.printout import stats_markdown
+from clustersim.plans import PlanSpec, load_plan, run_plan_spec
+from clustersim.plans.search import Evaluation
+from clustersim.sweeps import Point, SweepResult, load_sweep, resolve_base, run_sweep
+from clustersim.sweeps.printout import stats_markdown
 
 EXIT_SOME_FAILED = 1
 

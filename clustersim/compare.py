@@ -3,7 +3,7 @@
 ``--vary path=v1,v2`` is one grid axis (several ``--vary`` make the cartesian product); values are
 YAML, split on top-level commas, so ``--vary 'scheduler.ordering={kind: fcfs},{kind: priority}'``
 works. It runs as a sweep into ``OUT`` (``points.parquet``, ``stats.parquet``, the run folders and
-the logs as datasets: see :mod:`clustersim.sweep.store`), one seed: the scenario's.
+the logs as datasets: see :mod:`clustersim.sweeps.store`), one seed: the scenario's.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 from clustersim.config.yamlsafe import parse_yaml
 from clustersim.errors import ConfigError, did_you_mean
 from clustersim.outdir import MAX_NAME_CHARS, safe_name, unique_names
-from clustersim.sweep import SweepResult, run_sweep, sweep_from_mapping
-from clustersim.sweep.execute import OnPoint, OnStart
-from clustersim.sweep.spec import RESERVED_NAMES
+from clustersim.sweeps import SweepResult, run_sweep, sweep_from_mapping
+from clustersim.sweeps.execute import OnPoint, OnStart
+from clustersim.sweeps.spec import RESERVED_NAMES
 
 # (label as printed, column of points.parquet, scale)
 COLUMNS: tuple[tuple[str, str, float | None], ...] = (

@@ -1,7 +1,7 @@
 """Where a sweep's points run: in this process, in a local process pool, or on Ray.
 
 Every backend takes the tasks and yields ``(index, row)`` as points finish, in any order; a point's
-row is whatever :func:`clustersim.sweep.worker.run_point` returned, so the backend never changes a
+row is whatever :func:`clustersim.sweeps.worker.run_point` returned, so the backend never changes a
 result. A worker process that dies (killed, out of memory) fails only the points it held; the pool
 is started again for the rest.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from clustersim.errors import ClusterSimError
-from clustersim.sweep.worker import PointTask, run_point
+from clustersim.sweeps.worker import PointTask, run_point
 
 BackendName = Literal["local", "ray"]
 DIED = "the worker process running this point died (killed, or out of memory?)"

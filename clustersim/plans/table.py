@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from clustersim.plan.spec import PlanSpec
-from clustersim.sweep.printout import with_interval
+from clustersim.plans.spec import PlanSpec
+from clustersim.sweeps.printout import with_interval
 
 if TYPE_CHECKING:
-    from clustersim.plan.execute import OptionAnswer
+    from clustersim.plans.execute import OptionAnswer
 
 METRIC_LABELS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "itl_s": "ITL", "e2e_s": "E2E"}
 

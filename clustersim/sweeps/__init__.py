@@ -1,8 +1,8 @@
 """Many runs of one scenario: sweeps over any fields and seeds, their tables and statistics."""
 
-from clustersim.sweep.execute import SweepResult, resolve_base, run_sweep
-from clustersim.sweep.points import Point, expand
-from clustersim.sweep.spec import Axis, SweepSpec, ZipAxes, load_sweep, sweep_from_mapping
+from clustersim.sweeps.execute import SweepResult, resolve_base, run_sweep
+from clustersim.sweeps.points import Point, expand
+from clustersim.sweeps.spec import Axis, SweepSpec, ZipAxes, load_sweep, sweep_from_mapping
 
 __all__ = [
     "Axis",

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from clustersim.sweep import Point, load_sweep, run_sweep
+from clustersim.sweeps import Point, load_sweep, run_sweep
 
 TINY = """\
 name: tiny-sweep

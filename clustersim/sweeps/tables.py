@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 from scipy import stats as scipy_stats
 
-from clustersim.sweep.points import Point
-from clustersim.sweep.spec import POINT_COLUMNS
+from clustersim.sweeps.points import Point
+from clustersim.sweeps.spec import POINT_COLUMNS
 
 CONFIDENCE = 0.95
 NOT_METRICS = frozenset({*POINT_COLUMNS, "slo_met"})

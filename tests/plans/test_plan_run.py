@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from clustersim.cli import main
-from clustersim.plan import load_plan, run_plan_spec
-from clustersim.sweep import load_sweep, run_sweep
+from clustersim.plans import load_plan, run_plan_spec
+from clustersim.sweeps import load_sweep, run_sweep
 
 TINY = """\
 name: tiny-plan

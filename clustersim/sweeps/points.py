@@ -19,7 +19,7 @@ from urllib.parse import quote
 import yaml
 
 from clustersim.errors import ConfigError
-from clustersim.sweep.spec import MAX_POINTS, Axis, SweepSpec, ZipAxes
+from clustersim.sweeps.spec import MAX_POINTS, Axis, SweepSpec, ZipAxes
 
 MAX_SEGMENT_CHARS = 120
 

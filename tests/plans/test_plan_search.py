@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.plan.search import Evaluation, fewest_replicas, highest_rate
+from clustersim.plans.search import Evaluation, fewest_replicas, highest_rate
 
 
 def counting(needed: int, error_at: int | None = None) -> tuple[list[int], object]:

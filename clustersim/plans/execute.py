@@ -19,15 +19,15 @@ from typing import Any
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder, safe_name
-from clustersim.plan.search import Evaluation, ReplicaAnswer, fewest_replicas, highest_rate
-from clustersim.plan.spec import PlanOption, PlanSpec
-from clustersim.plan.table import evaluations_table, format_plan_markdown, plan_table
-from clustersim.plan.traffic import offered_rate_per_s, rate_overrides
-from clustersim.sweep.backends import BackendName
-from clustersim.sweep.execute import run_sweep
-from clustersim.sweep.points import override
-from clustersim.sweep.spec import SweepSpec
-from clustersim.sweep.store import write_table_atomically
+from clustersim.plans.search import Evaluation, ReplicaAnswer, fewest_replicas, highest_rate
+from clustersim.plans.spec import PlanOption, PlanSpec
+from clustersim.plans.table import evaluations_table, format_plan_markdown, plan_table
+from clustersim.plans.traffic import offered_rate_per_s, rate_overrides
+from clustersim.sweeps.backends import BackendName
+from clustersim.sweeps.execute import run_sweep
+from clustersim.sweeps.points import override
+from clustersim.sweeps.spec import SweepSpec
+from clustersim.sweeps.store import write_table_atomically
 
 OnEvaluation = Callable[[str, Evaluation], None]
 

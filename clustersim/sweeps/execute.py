@@ -25,11 +25,11 @@ from clustersim.config.loader import apply_overrides, read_yaml_mapping
 from clustersim.config.scenario import Scenario
 from clustersim.errors import ClusterSimError, ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder
-from clustersim.sweep.backends import BackendName, make_backend
-from clustersim.sweep.points import Point, expand, override
-from clustersim.sweep.spec import SweepSpec
-from clustersim.sweep.store import finished_row as earlier_row
-from clustersim.sweep.store import (
+from clustersim.sweeps.backends import BackendName, make_backend
+from clustersim.sweeps.points import Point, expand, override
+from clustersim.sweeps.spec import SweepSpec
+from clustersim.sweeps.store import finished_row as earlier_row
+from clustersim.sweeps.store import (
     rebuild_datasets,
     remove_stale,
     run_dir,
@@ -37,8 +37,8 @@ from clustersim.sweep.store import (
     write_spec,
     write_table_atomically,
 )
-from clustersim.sweep.tables import points_table, stats_table
-from clustersim.sweep.worker import PointTask, plan_point, scenario_sha256, write_point_file
+from clustersim.sweeps.tables import points_table, stats_table
+from clustersim.sweeps.worker import PointTask, plan_point, scenario_sha256, write_point_file
 
 OnPoint = Callable[[Point, dict[str, Any]], None]
 OnStart = Callable[[int], None]

@@ -28,8 +28,8 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from clustersim.sweep.points import Point
-from clustersim.sweep.worker import POINT_FILE
+from clustersim.sweeps.points import Point
+from clustersim.sweeps.worker import POINT_FILE
 
 TABLES = ("requests", "steps", "memory", "itl")
 RUNS_FOLDER = "runs"
