@@ -14,6 +14,7 @@ names (traces, profiles) must be readable at the same path on every node.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -134,7 +135,11 @@ class RayBackend:
             ) from None
         self._ray = ray
         if not ray.is_initialized():
-            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "logging_level": logging.ERROR,
+            }
             if address is None and jobs is not None:
                 options["num_cpus"] = jobs
             try:
