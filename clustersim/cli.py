@@ -83,22 +83,25 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
 
 
 @main.command()
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Figure folder [default: RUN_DIR/figures].")
-def report(run_dir: Path, out_dir: Path | None) -> None:
-    """Write the figures of the run in RUN_DIR (latency CDFs, timeline, throughput, Gantt for small runs)."""
+@click.argument("folder", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Figure folder [default: FOLDER/figures].")
+def report(folder: Path, out_dir: Path | None) -> None:
+    """Figures and one self-contained report.html for FOLDER: a run, a sweep or a plan."""
     _need_plots("clustersim report")
     # imported here, not at the top: the plotting libraries are an optional extra that `run` never needs
-    from clustersim.analysis.figures import write_figures
+    from clustersim.analysis.htmlreport import write_report
     from clustersim.analysis.rundata import RunDirError
 
     try:
-        paths = write_figures(run_dir, out_dir)
+        page, figures, skipped = write_report(folder, out_dir)
     except RunDirError as exc:
         fail(str(exc))
         return
-    for path in paths:
+    for path in figures:
         click.echo(str(path))
+    for name, reason in skipped.items():
+        click.echo(f"skipped {name}: {reason}")
+    click.echo(f"wrote {page}")
 
 
 @main.command()

@@ -52,7 +52,7 @@ def plot_kv_memory(run: RunData) -> Figure:
     ax = figure.add_subplot(1, 1, 1)
     if run.memory is None or run.memory.empty:
         annotate_empty(ax, "no step completed: the KV ledger (memory.parquet) is empty")
-        ax.set_title(f"{run.name}: where the KV cache went")
+        ax.set_title(f"{run.title}: where the KV cache went")
         return figure
     times, shares = ledger_shares(run)
     palette = colors(len(CATEGORIES))
@@ -64,7 +64,7 @@ def plot_kv_memory(run: RunData) -> Figure:
         alpha=0.85,
     )
     waste = run.summary.get("kv", {}).get("waste_frac")
-    title = f"{run.name}: where the KV cache went (share of the cluster's KV capacity; the rest is free)"
+    title = f"{run.title}: where the KV cache went (share of the cluster's KV capacity; the rest is free)"
     if waste is not None:
         title += f"\ntime-weighted waste {100 * waste:.1f}% of capacity"
     ax.set_title(title)

@@ -88,6 +88,7 @@ class RunData:
         summary: ``summary.json`` as a dict (empty when the file is absent).
         scenario: The resolved scenario from the Parquet metadata (empty when absent).
         memory: The KV ledger (``memory.parquet``), or None for runs written before it existed.
+        label: For a point of a sweep, its axis values and seed (from ``point.json``), else None.
     """
 
     run_dir: Path
@@ -96,6 +97,7 @@ class RunData:
     summary: dict[str, Any]
     scenario: dict[str, Any]
     memory: pd.DataFrame | None = None
+    label: str | None = None  # a sweep point's axis values and seed (its point.json), else None
 
     @property
     def name(self) -> str:
@@ -105,9 +107,11 @@ class RunData:
 
     @property
     def title(self) -> str:
-        """A figure title prefix: the scenario name and its scheduler policy when known."""
+        """A figure title prefix: the scenario name, the sweep point's label (which variant) and the
+        scheduler policy when known."""
         policy = (self.scenario.get("scheduler") or {}).get("policy")
-        return f"{self.name} (scheduler: {policy})" if policy else self.name
+        name = f"{self.name} [{self.label}]" if self.label else self.name
+        return f"{name} (scheduler: {policy})" if policy else name
 
     @property
     def tenants(self) -> list[str]:
@@ -185,7 +189,18 @@ def load_run(run_dir: Path) -> RunData:
         memory=_read_table(run_dir / "memory.parquet", MEMORY_COLUMNS)[0]
         if (run_dir / "memory.parquet").is_file()
         else None,
+        label=_point_label(run_dir / "point.json"),
     )
+
+
+def _point_label(path: Path) -> str | None:
+    """The label a sweep wrote for this run (None when the run is not a sweep's point)."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    label = record.get("label") if isinstance(record, dict) else None
+    return label if isinstance(label, str) and label else None
 
 
 def _read_table(path: Path, required: tuple[str, ...]) -> tuple[pd.DataFrame, dict[str, Any]]:

@@ -39,9 +39,10 @@ def new_figure(width_in: float, height_in: float) -> Figure:
 
 
 def colors(num_colors: int) -> list[ColorType]:
-    """``num_colors`` distinct colours (cycling through the palette when there are more than 10)."""
-    base: list[tuple[float, float, float]] = list(sns.color_palette(PALETTE, 10))
-    return [base[i % len(base)] for i in range(num_colors)]
+    """``num_colors`` distinct colours: the palette's ten, then as many evenly spaced hues as needed."""
+    if num_colors <= 10:
+        return list(sns.color_palette(PALETTE, 10))[:num_colors]
+    return list(sns.color_palette("husl", num_colors))
 
 
 def tenant_colors(tenants: list[str]) -> dict[str, ColorType]:

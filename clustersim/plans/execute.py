@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder, safe_name
@@ -127,6 +129,9 @@ def run_plan_spec(
     if out_dir is None:
         out_dir = new_default_folder(f"plan-{spec.name}")
     with claimed_folder(out_dir):
+        data = spec.model_dump(mode="json")
+        data["base"] = str(base_path.resolve())
+        (out_dir / "plan.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
         runner = Runner(spec, base_path, out_dir, jobs, backend, address, on_evaluation)
         answers: list[OptionAnswer] = []
         target = spec.traffic.rate_per_s
