@@ -75,8 +75,8 @@ def plot_latency_throughput(data: SweepData) -> Figure:
                 ax.axvline(knee, color=color, linestyle=":", linewidth=1.2)
             ax.set_title(f"{title} (ms)")
             ax.set_xlabel(f"offered rate ({rate}, req/s)")
-    for ax in axes:
-        _log_if_wide(ax)
+    for ax, (metric, _) in zip(axes, panels, strict=True):
+        _log_if_wide(ax, data.stats[f"{metric}_mean"].to_numpy(dtype=float) * 1e3)
     axes[0].set_ylabel("ms (mean over seeds, 95% interval)")
     handles, names = axes[0].get_legend_handles_labels()
     figure.legend(handles, names, loc="outside lower center", ncols=min(4, max(1, len(names))), fontsize="small",
@@ -94,10 +94,10 @@ def _line_with_interval(ax: Axes, line: pd.DataFrame, rate: str, metric: str, co
     ax.errorbar(x, y, yerr=errors, color=color, marker="o", markersize=4, capsize=3, label=label)
 
 
-def _log_if_wide(ax: Axes) -> None:
-    """A log scale when the values span more than 50x, with plain numbers on the ticks."""
-    values = [v for line in ax.get_lines() for v in np.asarray(line.get_ydata(), dtype=float) if v > 0]
-    if values and max(values) / min(values) > 50:
+def _log_if_wide(ax: Axes, plotted: np.ndarray[Any, np.dtype[np.float64]]) -> None:
+    """A log scale when the plotted values span more than 50x, with plain numbers on the ticks."""
+    values = plotted[np.isfinite(plotted) & (plotted > 0)]
+    if values.size and values.max() / values.min() > 50:
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
