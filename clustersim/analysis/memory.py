@@ -20,6 +20,7 @@ LABELS = {
 CATEGORIES = tuple(LABELS.items())
 assert set(LABELS) == set(LEDGER_CATEGORIES) - {"free_bytes"}, "a ledger category without a label"
 NUM_SAMPLES = 600
+ZOOM_BELOW_PERCENT = 25.0  # a peak use under this share of capacity: the axis ends near the peak, not at 100%
 
 
 def ledger_shares(run: RunData, num_samples: int = NUM_SAMPLES) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -70,7 +71,12 @@ def plot_kv_memory(run: RunData) -> Figure:
     ax.set_title(title)
     ax.set_xlabel("simulated time (s)")
     ax.set_ylabel("share of KV capacity (%)")
-    ax.set_ylim(0, 100)
+    peak = float(np.max(sum(100 * shares[column] for column, _ in CATEGORIES), initial=0.0))
+    if 0 < peak < ZOOM_BELOW_PERCENT:  # a small pool stays visible: the axis ends near its peak
+        ax.set_ylim(0, peak * 1.25)
+        ax.set_ylabel(f"share of KV capacity (%; axis up to {peak * 1.25:.3g}%)")
+    else:
+        ax.set_ylim(0, 100)
     ax.set_xlim(0, float(times[-1]) + float(times[0]))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     return figure

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -19,6 +20,7 @@ from clustersim.analysis.timebins import bin_edges, binned_amount, step_path, ti
 FloatArray = NDArray[np.float64]
 MAX_RAW_ROWS = 20_000
 NUM_BINS = 400
+MAX_REPLICA_LINES = 8  # more replicas: their mean and range, not one line each
 
 
 class Signal(NamedTuple):
@@ -74,13 +76,17 @@ def _draw_replica(
     edges_s: FloatArray | None,
     color: ColorType,
     label: str,
+    queue_edges_s: FloatArray | None = None,
 ) -> None:
     start_s = rows["started_at_s"].to_numpy(np.float64)
     duration_s = rows["duration_s"].to_numpy(np.float64)
     signals = replica_signals(rows)
     for ax, signal in zip(axes, signals_drawn, strict=True):
         values = signals[signal.key]
-        if edges_s is None:
+        if edges_s is None and signal is QUEUE and queue_edges_s is not None:  # 0/1 flips would fill the panel
+            x = (queue_edges_s[:-1] + queue_edges_s[1:]) / 2
+            y = binned_signal(start_s, duration_s, values, queue_edges_s, signal.idle_value)
+        elif edges_s is None:
             x, y = step_path(start_s, start_s + duration_s, values, signal.idle_value)
         else:
             x = (edges_s[:-1] + edges_s[1:]) / 2
@@ -89,9 +95,11 @@ def _draw_replica(
 
 
 def plot_timeline(run: RunData, max_raw_rows: int = MAX_RAW_ROWS, num_bins: int = NUM_BINS) -> Figure:
-    """Three stacked panels sharing the time axis, one line per replica.
+    """Three stacked panels sharing the time axis, one line per replica (more than eight: their
+    mean and the band from the least to the greatest, per time bin).
 
-    Short runs are drawn step by step. Runs with more than ``max_raw_rows`` step rows are binned
+    Short runs are drawn step by step, the queue binned once there are more steps than bins (its
+    0/1 flips would fill the panel). Runs with more than ``max_raw_rows`` step rows are binned
     into ``num_bins`` bins, each showing the time-weighted mean (batch and queue count idle time as
     0; KV occupancy averages over busy time only). KV occupancy is a percentage of the replica's
     blocks, or a block count when it never reaches 1 %. Values are those logged at the end of each
@@ -112,11 +120,16 @@ def plot_timeline(run: RunData, max_raw_rows: int = MAX_RAW_ROWS, num_bins: int 
     makespan_s = run.makespan_s
     edges_s = bin_edges(makespan_s, num_bins) if len(steps) > max_raw_rows else None
     replicas = run.replicas
-    for replica, color in zip(replicas, colors(len(replicas)), strict=True):
-        rows = steps[steps["replica"] == replica]
-        if len(rows):
-            _draw_replica(axes, signals_drawn, rows, edges_s, color, f"replica {replica}")
-    _label_axes(axes, signals_drawn, steps, binned=edges_s is not None)
+    if len(replicas) > MAX_REPLICA_LINES and not steps.empty:
+        edges_s = bin_edges(makespan_s, num_bins)
+        _draw_cluster(axes, signals_drawn, steps, replicas, edges_s)
+    else:
+        queue_edges_s = bin_edges(makespan_s, num_bins) if len(steps) > num_bins else None
+        for replica, color in zip(replicas, colors(len(replicas)), strict=True):
+            rows = steps[steps["replica"] == replica]
+            if len(rows):
+                _draw_replica(axes, signals_drawn, rows, edges_s, color, f"replica {replica}", queue_edges_s)
+    _label_axes(axes, signals_drawn, steps, binned=edges_s is not None, queue_binned=len(steps) > num_bins)
     axes[-1].set_xlim(0, makespan_s if makespan_s > 0 else 1.0)
     if steps.empty:
         axes[1].text(
@@ -132,11 +145,11 @@ def plot_timeline(run: RunData, max_raw_rows: int = MAX_RAW_ROWS, num_bins: int 
         figure.legend(
             *axes[0].get_legend_handles_labels(),
             loc="outside lower center",
-            ncols=min(len(replicas), 8),
+            ncols=min(len(replicas), MAX_REPLICA_LINES),
             fontsize="small",
         )
     if edges_s is None:
-        how = "every scheduler iteration"
+        how = "every scheduler iteration" + ("; the queue: time-weighted mean per bin" if len(steps) > num_bins else "")
     else:
         width = seconds_label(float(edges_s[1] - edges_s[0]))
         how = f"time-weighted mean per {width} bin, from {len(steps):,} step rows"
@@ -144,18 +157,46 @@ def plot_timeline(run: RunData, max_raw_rows: int = MAX_RAW_ROWS, num_bins: int 
     return figure
 
 
-def _label_axes(axes: list[Axes], signals_drawn: tuple[Signal, ...], steps: pd.DataFrame, binned: bool) -> None:
+def _draw_cluster(
+    axes: list[Axes], signals_drawn: tuple[Signal, ...], steps: pd.DataFrame, replicas: list[int], edges_s: FloatArray
+) -> None:
+    """Many replicas: per time bin, the mean over replicas and the band from the least to the greatest."""
+    per_replica: dict[str, list[FloatArray]] = {signal.key: [] for signal in signals_drawn}
+    for replica in replicas:
+        rows = steps[steps["replica"] == replica]
+        start_s = rows["started_at_s"].to_numpy(np.float64)
+        duration_s = rows["duration_s"].to_numpy(np.float64)
+        signals = replica_signals(rows)
+        for signal in signals_drawn:
+            per_replica[signal.key].append(
+                binned_signal(start_s, duration_s, signals[signal.key], edges_s, signal.idle_value)
+            )
+    x = (edges_s[:-1] + edges_s[1:]) / 2
+    color = colors(1)[0]
+    for ax, signal in zip(axes, signals_drawn, strict=True):
+        stacked = np.vstack(per_replica[signal.key])
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a bin where no replica was busy (KV: NaN)
+            low, mean, high = np.nanmin(stacked, 0), np.nanmean(stacked, 0), np.nanmax(stacked, 0)
+        ax.fill_between(x, low, high, color=color, alpha=0.25, lw=0, label="least to greatest replica")
+        ax.plot(x, mean, color=color, lw=1.2, label=f"mean of {len(replicas)} replicas")
+
+
+def _label_axes(
+    axes: list[Axes], signals_drawn: tuple[Signal, ...], steps: pd.DataFrame, binned: bool, queue_binned: bool
+) -> None:
     totals = steps["kv_total_blocks"].unique()
     for ax, signal in zip(axes, signals_drawn, strict=True):
         ylabel = signal.ylabel
+        binned_here = binned or (signal is QUEUE and queue_binned)
         if signal is KV_FRAC:
             ax.yaxis.set_major_formatter(PercentFormatter(xmax=1.0))
             if len(totals) == 1:
                 ylabel = f"KV cache used\n(% of {int(totals[0]):,} blocks)"
         else:
-            ax.yaxis.set_major_locator(MaxNLocator(integer=not binned))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=not binned_here))
             if signal is KV_BLOCKS and len(totals) == 1:
                 ylabel = f"KV cache used\n(blocks of {int(totals[0]):,})"
-        ax.set_ylabel(("mean " if binned else "") + ylabel)
+        ax.set_ylabel(("mean " if binned_here else "") + ylabel)
         ax.set_ylim(bottom=0)
     axes[-1].set_xlabel("simulated time (s)")
