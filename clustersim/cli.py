@@ -24,6 +24,7 @@ from clustersim.bench import (
 from clustersim.calibration.command import calibrate
 from clustersim.cli_common import resolve_scenario_path, write_doc
 from clustersim.cli_sweep import compare_command, plan_command, sweep
+from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
 from clustersim.config.scenario import Precision
@@ -31,10 +32,12 @@ from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
 from clustersim.cost.roofline import RooflineCostModel
 from clustersim.errors import ClusterSimError, did_you_mean, one_line
+from clustersim.eventlog import RunLog
 from clustersim.guard import EXIT_BUG, GuardedGroup, fail
 from clustersim.invariants import InvariantViolation
 from clustersim.printout import format_summary
-from clustersim.runner import run_scenario
+from clustersim.progress import RunProgress, Snapshot, progress_enabled
+from clustersim.runner import Watch, run_scenario
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
 
@@ -47,6 +50,17 @@ def _need_plots(command: str) -> None:
             f"{command} needs {', '.join(missing)} (the plots extra): "
             "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
         )
+
+
+def run_watcher(quiet: bool, num_requests: int | None) -> Watch:
+    """The progress display of one run (on a terminal only): simulated time, requests, events."""
+    enabled = progress_enabled(quiet)
+
+    def watch(clock: Clock, log: RunLog) -> RunProgress:
+        return RunProgress(lambda: Snapshot(clock.now, log.requests.num_appended, clock.num_events), enabled,
+                           num_requests)  # fmt: skip
+
+    return watch
 
 
 @click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -65,7 +79,7 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     try:
         loaded = load_scenario(resolve_scenario_path(scenario), overrides)
         started = time.perf_counter()
-        result = run_scenario(loaded, out_dir)
+        result = run_scenario(loaded, out_dir, watch=run_watcher(quiet, loaded.scenario.stop.max_requests))
     except ClusterSimError as exc:
         fail(str(exc))
         return

@@ -17,6 +17,7 @@ from clustersim.guard import EXIT_INTERRUPTED, fail
 from clustersim.outdir import new_default_folder
 from clustersim.plans import PlanSpec, load_plan, run_plan_spec
 from clustersim.plans.search import Evaluation
+from clustersim.progress import CountProgress, progress_enabled
 from clustersim.sweeps import Point, SweepResult, load_sweep, resolve_base, run_sweep
 from clustersim.sweeps.printout import stats_markdown
 
@@ -24,25 +25,30 @@ EXIT_SOME_FAILED = 1
 
 
 class PointPrinter:
-    """Says each point as it settles (one line, to stderr) when stderr is a terminal and not quiet."""
+    """Counts the points as they settle, and shows a progress bar on a terminal (unless quiet)."""
 
     def __init__(self, total: int, quiet: bool) -> None:
         self.total, self.done, self.failed, self.reused = total, 0, 0, 0
-        self.quiet = quiet or not sys.stderr.isatty()
         self.started = time.perf_counter()
+        self.bar = CountProgress(total, "points", progress_enabled(quiet))
+
+    def __enter__(self) -> PointPrinter:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(None, None, None)
 
     def start(self, total: int) -> None:
         self.total = total
+        self.bar.set_total(total)
 
     def __call__(self, point: Point, row: dict[str, Any]) -> None:
         self.done += 1
-        self.failed += row.get("status") != "ok"
-        self.reused += bool(row.get("reused"))
-        if self.quiet:
-            return
-        status = "reused" if row.get("reused") else row.get("status", "?")
-        detail = f": {row.get('error')}" if row.get("status") != "ok" else f" in {row.get('wall_s', 0.0):.1f} s"
-        click.echo(f"[{self.done}/{self.total}] {point.label}: {status}{detail}", err=True)
+        failed, reused = row.get("status") != "ok", bool(row.get("reused"))
+        self.failed += failed
+        self.reused += reused
+        self.bar.advance(failed=failed, reused=reused)
 
 
 def finish(result: SweepResult, printer: PointPrinter, table: str) -> None:
@@ -101,8 +107,9 @@ def sweep(
         return
     printer = PointPrinter(0, quiet)
     try:
-        result = run_sweep(spec, base, target, source=str(path), jobs=jobs, backend=backend,  # type: ignore[arg-type]
-                           address=address, on_start=printer.start, on_point=printer)  # fmt: skip
+        with printer:
+            result = run_sweep(spec, base, target, source=str(path), jobs=jobs, backend=backend,  # type: ignore[arg-type]
+                               address=address, on_start=printer.start, on_point=printer)  # fmt: skip
     except ClusterSimError as exc:
         fail(str(exc))
         return
@@ -143,7 +150,8 @@ def compare_command(
     try:
         chosen = select_columns(columns)
         target = out_dir if out_dir is not None else new_default_folder(f"sweep-compare-{path.stem}")
-        rows, result = compare(path, vary, overrides, target, jobs, printer.start, printer)
+        with printer:
+            rows, result = compare(path, vary, overrides, target, jobs, printer.start, printer)
     except ClusterSimError as exc:
         fail(str(exc))
         return
@@ -224,7 +232,7 @@ def spec_seeds(spec: PlanSpec) -> str:
 
 
 def _evaluation_printer(quiet: bool) -> Callable[[str, Evaluation], None]:
-    show = not quiet and sys.stderr.isatty()
+    show = progress_enabled(quiet)
 
     def say(option: str, evaluation: Evaluation) -> None:
         if show:

@@ -47,6 +47,11 @@ class TableWriter:
         if len(self._rows) >= ROWS_PER_BATCH:
             self.flush()
 
+    @property
+    def num_appended(self) -> int:
+        """Rows appended so far, written or buffered (read by the progress display)."""
+        return self.num_rows + len(self._rows)
+
     def flush(self) -> None:
         if not self._rows:
             return

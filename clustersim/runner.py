@@ -10,10 +10,13 @@ Parquet logs and the plan alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,32 +63,43 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def run_scenario(loaded: LoadedScenario, out_dir: Path | None = None, catalogue: Catalogue | None = None) -> RunResult:
+Watch = Callable[[Clock, RunLog], AbstractContextManager[object]]
+
+
+def run_scenario(
+    loaded: LoadedScenario, out_dir: Path | None = None, catalogue: Catalogue | None = None, watch: Watch | None = None
+) -> RunResult:
     """Run one scenario and write its logs and ``summary.json`` to ``out_dir`` (None: a new folder
     ``runs/<name>-<time>``)."""
-    return run_plan(plan_run(loaded, catalogue), out_dir)
+    return run_plan(plan_run(loaded, catalogue), out_dir, watch)
 
 
-def run_plan(plan: RunPlan, out_dir: Path | None = None) -> RunResult:
+def run_plan(plan: RunPlan, out_dir: Path | None = None, watch: Watch | None = None) -> RunResult:
     """Run a planned scenario and write its logs and ``summary.json`` to ``out_dir`` (None: a new
-    folder ``runs/<name>-<time>``)."""
+    folder ``runs/<name>-<time>``). ``watch``: a context held while the simulation runs, given the
+    clock and the logs to read from (the progress display); it must not change them."""
     workload_data = load_workload_data(plan.scenario.workload, plan.base_dir, plan.source)  # before any output
     window = resolve_window(plan.scenario, workload_data, plan.source)
     if out_dir is None:
         out_dir = new_default_folder(plan.scenario.name)
     with claimed_folder(out_dir):
-        return _run_into(plan, workload_data, window, out_dir)
+        return _run_into(plan, workload_data, window, out_dir, watch)
 
 
 def _run_into(
-    plan: RunPlan, workload_data: dict[str, TenantData], window: ArrivalWindow | None, out_dir: Path
+    plan: RunPlan,
+    workload_data: dict[str, TenantData],
+    window: ArrivalWindow | None,
+    out_dir: Path,
+    watch: Watch | None = None,
 ) -> RunResult:
     incomplete = out_dir / "INCOMPLETE"
     incomplete.write_text("this run did not finish; its files are partial\n", encoding="utf-8")
     log = RunLog(out_dir, scenario_metadata(plan.scenario), measured=window is not None)
     clock = Clock()
     try:
-        replicas = simulate(plan, log, clock, workload_data, window)
+        with watch(clock, log) if watch is not None else contextlib.nullcontext():
+            replicas = simulate(plan, log, clock, workload_data, window)
     except BaseException as exc:
         log.abort()
         incomplete.write_text(f"this run did not finish: {type(exc).__name__}: {exc}\n", encoding="utf-8")
