@@ -105,3 +105,17 @@ def test_sweep_and_plan_from_dicts(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     )  # fmt: skip
     assert plan.answers[0].replicas.num_replicas is not None
     assert (tmp_path / "p" / "plan.parquet").is_file()
+
+
+def test_a_missing_trace_says_where_it_looked_and_how_to_point_at_it(tmp_path: Path) -> None:
+    # as after a plain install: a scenario naming a public trace that is not shipped beside it
+    scenario = {**TINY, "workload": {"tenants": [{"name": "t", "arrival": {
+        "kind": "trace", "path": "../../shared/ground_truth/traces/azure2023_conv.csv", "format": "azure"}}]}}  # fmt: skip
+    folder = tmp_path / "site" / "clustersim" / "_data" / "scenarios"
+    folder.mkdir(parents=True)
+    (folder / "replay.yaml").write_text(json.dumps(scenario), encoding="utf-8")
+    with pytest.raises(ClusterSimError) as caught:
+        clustersim.run(folder / "replay.yaml", in_memory=True)
+    message = str(caught.value)
+    assert f"no such file: {tmp_path / 'site' / 'clustersim' / 'shared' / 'ground_truth'}" in message
+    assert message.endswith("; point at the file with --set workload.tenants.0.arrival.path=FILE")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -368,11 +369,14 @@ def read_trace(path: Path, trace: TraceFile) -> TraceTable:
 
 # ----------------------------------------------------------------------------- a scenario's traces
 def _resolve(trace: TraceFile, base_dir: Path, source: str, field_path: str) -> Path:
-    path = Path(trace.path).expanduser()
-    path = path if path.is_absolute() else base_dir / path
+    given = Path(trace.path).expanduser()
+    path = given if given.is_absolute() else Path(os.path.normpath(base_dir / given))
     if not path.is_file():
         siblings = [p.name for p in path.parent.iterdir()] if path.parent.is_dir() else []
         hint = did_you_mean(path.name, siblings)
+        if not hint:  # how to give another (a relative path resolves against the scenario's folder)
+            setting = re.sub(r"\[(\d+)\]", r".\1", field_path)
+            hint = f"; point at the file with --set {setting}=FILE"
         raise ConfigError(source, field_path, f"no such file: {display_path(path)}{hint}")
     return path
 
