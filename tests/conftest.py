@@ -92,3 +92,16 @@ def assert_same_summary(fast: Any, step: Any, path: str = "") -> None:
         assert math.isclose(fast, step, rel_tol=1e-9, abs_tol=1e-12), (path, fast, step)
     else:
         assert fast == step, (path, fast, step)
+
+
+def tiny_yaml(name: str, *, seed: int = 1, rate_per_s: float = 10.0, max_requests: int = 60, extra: str = "") -> str:
+    """A scenario file's text that runs in a fraction of a second: one H100 replica priced by the unit
+    cost model (every step 10 ms), Poisson arrivals, 64-token prompts and 8-token answers; ``extra``:
+    more top-level YAML lines."""
+    return (
+        f"name: {name}\nseed: {seed}\nworkload:\n  tenants:\n    - name: t\n"
+        f"      arrival: {{kind: poisson, rate_per_s: {rate_per_s}}}\n"
+        "      prompt_tokens: {kind: fixed, tokens: 64}\n      output_tokens: {kind: fixed, tokens: 8}\n"
+        f"stop: {{max_requests: {max_requests}}}\ncluster: {{hardware: H100-SXM, model: Llama-3.1-8B}}\n"
+        f"cost: {{kind: unit, step_time_s: 0.01}}\n{extra}"
+    )

@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from conftest import tiny_yaml
 from matplotlib.collections import PathCollection
 from matplotlib.container import ErrorbarContainer
 
@@ -25,20 +26,9 @@ from clustersim.cli import main
 from clustersim.plans import load_plan, run_plan_spec
 from clustersim.sweeps import load_sweep, run_sweep
 
-TINY = """\
-name: tiny-figures
-seed: 1
-workload:
-  tenants:
-    - name: t
-      arrival: {kind: poisson, rate_per_s: 10.0}
-      prompt_tokens: {kind: fixed, tokens: 64}
-      output_tokens: {kind: fixed, tokens: 8}
-stop: {max_requests: 60}
-cluster: {hardware: H100-SXM, model: Llama-3.1-8B}
-scheduler: {policy: continuous, max_num_seqs: 2}
-cost: {kind: unit, step_time_s: 0.01}
-"""
+TINY = tiny_yaml(
+    "tiny-figures", seed=1, rate_per_s=10.0, max_requests=60, extra="scheduler: {policy: continuous, max_num_seqs: 2}\n"
+)
 
 SWEEP = """\
 name: figs

@@ -7,26 +7,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import tiny_yaml
 
 from clustersim.plans import load_plan, run_plan_spec
 from clustersim.sweeps import load_sweep, run_sweep
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (python -m pip install 'clustersim[ray]')")
 
-TINY = """\
-name: tiny-ray
-seed: 11
-workload:
-  tenants:
-    - name: t
-      arrival: {kind: poisson, rate_per_s: 30.0}
-      prompt_tokens: {kind: fixed, tokens: 64}
-      output_tokens: {kind: fixed, tokens: 8}
-stop: {max_requests: 60}
-cluster: {hardware: H100-SXM, model: Llama-3.1-8B}
-scheduler: {policy: continuous, max_num_seqs: 2}
-cost: {kind: unit, step_time_s: 0.01}
-"""
+TINY = tiny_yaml(
+    "tiny-ray", seed=11, rate_per_s=30.0, max_requests=60, extra="scheduler: {policy: continuous, max_num_seqs: 2}\n"
+)
 
 SWEEP = """\
 name: on-ray

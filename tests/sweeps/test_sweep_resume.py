@@ -12,22 +12,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import tiny_yaml
 
 from clustersim.sweeps import Point, load_sweep, run_sweep
 
-TINY = """\
-name: tiny-sweep
-seed: 3
-workload:
-  tenants:
-    - name: t
-      arrival: {kind: poisson, rate_per_s: 40.0}
-      prompt_tokens: {kind: fixed, tokens: 64}
-      output_tokens: {kind: fixed, tokens: 8}
-stop: {max_requests: 40}
-cluster: {hardware: H100-SXM, model: Llama-3.1-8B}
-cost: {kind: unit, step_time_s: 0.01}
-"""
+TINY = tiny_yaml("tiny-sweep", seed=3, rate_per_s=40.0, max_requests=40)
 
 SWEEP = """\
 name: resume
