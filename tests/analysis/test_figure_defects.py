@@ -12,6 +12,7 @@ from matplotlib.collections import PolyCollection
 
 from clustersim.analysis.memory import plot_kv_memory
 from clustersim.analysis.rundata import load_run
+from clustersim.analysis.throughput import plot_throughput
 from clustersim.analysis.timebins import bin_edges
 from clustersim.analysis.timeline import NUM_BINS, binned_signal, plot_timeline
 from clustersim.config.loader import load_scenario
@@ -80,3 +81,12 @@ def test_a_sweep_points_figures_name_the_variant(tmp_path: Path) -> None:
     assert run.title.startswith("static-vs-continuous [policy=static, seed=1]")
     assert "[policy=static, seed=1]" in plot_timeline(run).get_suptitle()
     assert "[policy=static, seed=1]" in plot_kv_memory(run).axes[0].get_title()
+
+
+def test_a_windowed_run_raises_no_false_alarm_about_its_logs(tmp_path: Path) -> None:
+    path = _run(tmp_path, "default.yaml", "stop.max_requests=400", "workload.tenants.0.arrival.rate_per_s=80",
+                "metrics.warmup_requests=50", "metrics.cooldown_requests=50")  # fmt: skip
+    run = load_run(path)
+    texts = [t.get_text() for t in plot_throughput(run).axes[0].texts]
+    assert not any("disagree" in text for text in texts)
+    assert "window" in run.summary
