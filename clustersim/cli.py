@@ -16,6 +16,7 @@ from clustersim.bench import (
     CASES,
     SIZES,
     append_results,
+    bench_runs,
     format_markdown_table,
     format_table,
     machine_description,
@@ -142,11 +143,9 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | Non
             fail(f"--sizes: unknown size '{size}'{did_you_mean(size, SIZES)}; choose from {', '.join(SIZES)}")
     rows = []
     click.echo(f"machine: {machine_description()}")
-    for size in chosen_sizes:
-        for case in chosen_cases:
-            for fast in (True, False) if step_mode else (True,):
-                rows.append(run_in_child(case, SIZES[size], fast))
-                click.echo(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows))
+    for case, num_requests, fast in bench_runs(chosen_cases, chosen_sizes, step_mode):
+        rows.append(run_in_child(case, num_requests, fast))
+        click.echo(format_table(rows[-1:]).splitlines()[-1] if len(rows) > 1 else format_table(rows))
     append_results(results, rows)
     click.echo(f"appended {len(rows)} rows to {results}")
     if doc:
