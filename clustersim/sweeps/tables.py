@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from scipy import stats as scipy_stats
 
 from clustersim.sweeps.points import Point
 from clustersim.sweeps.spec import POINT_COLUMNS
@@ -72,6 +71,8 @@ def interval(values: Sequence[float]) -> tuple[float, float, float]:
     mean = float(array.mean())
     if array.size < 2:
         return mean, math.nan, math.nan
+    from scipy import stats as scipy_stats  # here, not at the top: it costs most of a second to import
+
     half = float(scipy_stats.t.ppf(0.5 + CONFIDENCE / 2, array.size - 1) * array.std(ddof=1) / math.sqrt(array.size))
     return mean, mean - half, mean + half
 
