@@ -192,18 +192,26 @@ def run_in_child(case_name: str, num_requests: int, fast_forward: bool) -> dict[
 
 
 def append_results(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Append measured rows (with date, machine, python) to a CSV file, writing a header if new."""
+    """Append measured rows (with date, machine, python) to a CSV file, writing a header if new; a
+    file written with fewer columns is rewritten with today's (its rows keep their values)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
     stamp = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine_description(),
         "python": platform.python_version(),
     }
-    with path.open("a", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS)
-        if new:
+    earlier: list[dict[str, Any]] = []
+    if path.exists():
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is not None and list(reader.fieldnames) != list(RESULT_COLUMNS):
+                earlier = list(reader)
+    mode = "w" if earlier or not path.exists() else "a"
+    with path.open(mode, newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RESULT_COLUMNS, extrasaction="ignore")
+        if mode == "w":
             writer.writeheader()
+        writer.writerows(earlier)
         for row in rows:
             writer.writerow({**stamp, **row})
 
