@@ -28,6 +28,7 @@ from clustersim.config.base import SLO, StrictModel
 from clustersim.config.loader import check_unknown_keys, read_yaml_mapping, validate_mapping
 from clustersim.errors import ConfigError
 from clustersim.outdir import safe_name
+from clustersim.sweeps.spec import seeds_problem
 
 
 class Traffic(StrictModel):
@@ -89,6 +90,7 @@ class PlanSpec(StrictModel):
                 "slo.percentile or min_attainment_frac is needed: the plan judges each run at a percentile "
                 "(e.g. 99) or by the share of requests meeting every target"
             )
+        seeds_problem(self.seeds)
         if not self.slo.targets():
             raise ValueError("slo needs at least one target (ttft_s, tpot_s, itl_s or e2e_s)")
         folders = [safe_name(option.name).lower() for option in self.options]

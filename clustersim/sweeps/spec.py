@@ -44,6 +44,15 @@ RESERVED_NAMES = frozenset(
 )
 
 
+def seeds_problem(seeds: int | list[int]) -> None:
+    """Raise ValueError unless ``seeds`` is a count or a non-empty list of distinct seeds in range."""
+    if isinstance(seeds, list):
+        if not seeds or len(set(seeds)) != len(seeds):
+            raise ValueError("seeds must be a non-empty list of distinct seeds")
+        if any(not 0 <= s <= MAX_SEED for s in seeds):
+            raise ValueError(f"a seed must be between 0 and {MAX_SEED}")
+
+
 class Axis(StrictModel):
     """One scenario field and the values it takes; ``labels`` name values in folders and tables
     (needed for mappings and lists, optional otherwise)."""
@@ -113,11 +122,7 @@ class SweepSpec(StrictModel):
                 raise ValueError(f"axis name {column!r} is taken by a table column: give the axis another name")
             if columns.count(column) > 1:
                 raise ValueError(f"two axes are named {column!r}: give one a name")
-        if isinstance(self.seeds, list):
-            if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-                raise ValueError("seeds must be a non-empty list of distinct seeds")
-            if any(not 0 <= s <= MAX_SEED for s in self.seeds):
-                raise ValueError(f"a seed must be between 0 and {MAX_SEED}")
+        seeds_problem(self.seeds)
         return self
 
     def flat_axes(self) -> list[Axis]:

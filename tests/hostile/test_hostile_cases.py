@@ -272,3 +272,15 @@ def test_custom_profile_numbers_are_range_checked(
     result = cli("run", "roofline.yaml", "--out", "out", "--set", f"cluster.{kind}=custom.yaml")
     assert_answered(result, (2,))
     assert expected in result.stderr and field in result.stderr
+
+
+def test_a_plan_with_an_empty_or_repeated_seed_list_is_refused_in_one_line(hostile_dir: Path) -> None:
+    # found by the fuzz of plan files: an empty list reached the evaluations and was an internal error
+    for seeds in ("[]", "[1, 1]"):
+        (hostile_dir / "p.yaml").write_text(
+            f"base: tiny.yaml\nslo: {{ttft_s: 0.5, percentile: 90}}\nseeds: {seeds}\noptions: [{{name: a}}]\n",
+            encoding="utf-8",
+        )
+        result = cli("plan", "p.yaml", "--out", "po")
+        assert_answered(result, (2,))
+        assert "p.yaml: seeds must be a non-empty list of distinct seeds" in result.stderr

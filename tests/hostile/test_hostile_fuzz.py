@@ -138,7 +138,74 @@ def profile_value(kind: str, field: str, value: Any) -> None:
         run_and_check(folder, scenario)
 
 
+SWEEP: dict[str, Any] = {
+    "name": "fuzz",
+    "base": "s.yaml",
+    "set": {"stop.max_requests": 10},
+    "axes": [{"path": "workload.tenants.0.arrival.rate_per_s", "name": "rate_per_s", "values": [5.0, 20.0]}],
+    "seeds": 1,
+    "slo": {"ttft_s": 0.5, "percentile": 90},
+}
+SWEEP_FIELDS = (
+    "name", "base", "set", "set.seed", "set.stop.max_requests", "axes", "axes.0", "axes.0.path", "axes.0.name",
+    "axes.0.values", "axes.0.values.0", "axes.0.labels", "axes.0.zip", "seeds", "slo", "slo.ttft_s",
+    "slo.percentile", "prices_usd_per_gpu_hour", "prices_usd_per_gpu_hour.H100-SXM", "description",
+)  # fmt: skip
+PLAN: dict[str, Any] = {
+    "name": "fuzz",
+    "base": "s.yaml",
+    "set": {"stop.max_requests": 10},
+    "traffic": {"rate_per_s": 20.0},
+    "slo": {"ttft_s": 0.5, "percentile": 90},
+    "seeds": 1,
+    "replicas": {"min": 1, "max": 4},
+    "options": [{"name": "a", "set": {}}],
+}
+PLAN_FIELDS = (
+    "name", "base", "set", "traffic", "traffic.rate_per_s", "slo", "slo.percentile", "slo.tpot_s",
+    "min_attainment_frac", "seeds", "replicas", "replicas.min", "replicas.start", "options", "options.0",
+    "options.0.name", "options.0.set", "max_rate", "max_rate.tolerance_frac", "max_rate.max_factor",
+    "prices_usd_per_gpu_hour", "prices_usd_per_gpu_hour.H100-SXM",
+)  # fmt: skip
+
+
+def _set(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    copy = json.loads(json.dumps(document))
+    node: Any = copy
+    keys = path.split(".")
+    for key in keys[:-1]:
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+    if isinstance(node, list):
+        node[int(keys[-1])] = value
+    else:
+        node[keys[-1]] = value
+    return copy
+
+
+def many_runs(command: str, document: dict[str, Any], path: str, value: Any) -> None:
+    """A sweep or plan file with one field fuzzed: exit 0, 1 (a sweep's point failed, the others ran) or
+    2 (one line); never a traceback, and no point fails with an internal error."""
+    with working_folder() as folder:
+        (folder / "s.yaml").write_text(yaml.safe_dump(BASE), encoding="utf-8")
+        (folder / "f.yaml").write_text(yaml.safe_dump(_set(document, path, value), allow_unicode=True), "utf-8")
+        result = cli(command, "f.yaml", "--out", "out", "--jobs", "1", "--quiet")
+        assert "Traceback" not in result.output and "internal error" not in result.output, result.output
+        assert_answered(result, (0, 1, 2) if command == "sweep" else (0, 2))
+        if result.exit_code == 1:
+            assert all(line.startswith("failed: ") for line in result.stderr.splitlines()), result.stderr
+
+
+def sweep_values(path: str, value: Any) -> None:
+    many_runs("sweep", SWEEP, path, value)
+
+
+def plan_values(path: str, value: Any) -> None:
+    many_runs("plan", PLAN, path, value)
+
+
 CASES: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
+    "sweep_values": (sweep_values, {"path": st.sampled_from(SWEEP_FIELDS), "value": values}),
+    "plan_values": (plan_values, {"path": st.sampled_from(PLAN_FIELDS), "value": values}),
     "scenario_values": (scenario_values, {"path": st.sampled_from(FIELDS), "value": values}),
     "set_arguments": (
         set_arguments,
