@@ -220,15 +220,15 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     """The measurements as an aligned text table (req/s: the run; process req/s: the whole process)."""
     header = (
         f"{'case':<13}{'requests':>10}{'mode':>5}{'wall s':>8}{'req/s':>8}{'proc req/s':>11}{'us/req':>8}"
-        f"{'ev/req':>7}{'out tok/s':>11}{'events':>10}{'rows':>9}{'RSS MB':>7}"
+        f"{'ev/req':>7}{'out tok/s':>11}{'events':>12}{'rows':>11}{'RSS MB':>8}"
     )
     lines = [header]
     for r in rows:
         lines.append(
             f"{r['case']:<13}{r['num_requests']:>10,}{'fast' if r['fast_forward'] else 'step':>5}{r['wall_s']:>8.2f}"
             f"{r['sim_requests_per_wall_s']:>8,}{r.get('process_requests_per_s', 0):>11,}{r['us_per_request']:>8.1f}"
-            f"{r['events_per_request']:>7.2f}{r['sim_output_tokens_per_wall_s']:>11,}{r['num_events']:>10,}"
-            f"{r['steps_rows']:>9,}{r['peak_rss_mb']:>7,}"
+            f"{r['events_per_request']:>7.2f}{r['sim_output_tokens_per_wall_s']:>11,}{r['num_events']:>12,}"
+            f"{r['steps_rows']:>11,}{r['peak_rss_mb']:>8,}"
         )
     return "\n".join(lines)
 
