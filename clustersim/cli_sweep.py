@@ -98,13 +98,9 @@ def sweep(
     failed (the others still ran), 130 when interrupted (what finished is kept).
     """
     path = resolve_data_file(sweep_file, "sweeps")
-    try:
-        spec = load_sweep(path)
-        base = resolve_base(spec.base, path.parent)
-        target = out_dir if out_dir is not None else new_default_folder(f"sweep-{spec.name}")
-    except ClusterSimError as exc:
-        fail(str(exc))
-        return
+    spec = load_sweep(path)  # bad input: the command's guard prints one line and exits 2
+    base = resolve_base(spec.base, path.parent)
+    target = out_dir if out_dir is not None else new_default_folder(f"sweep-{spec.name}")
     printer = PointPrinter(0, quiet)
     try:
         with printer:
@@ -186,13 +182,9 @@ def plan_command(
     """Answer PLAN_FILE (a YAML file, or a built-in plan by name): for each option, the fewest replicas
     meeting the SLOs in every seed, ranked by price. A rerun into the same --out reuses every run."""
     path = resolve_data_file(plan_file, "plans")
-    try:
-        spec = load_plan(path)
-        base = resolve_base(spec.base, path.parent)
-        target = out_dir if out_dir is not None else new_default_folder(f"plan-{spec.name}")
-    except ClusterSimError as exc:
-        fail(str(exc))
-        return
+    spec = load_plan(path)  # bad input: the command's guard prints one line and exits 2
+    base = resolve_base(spec.base, path.parent)
+    target = out_dir if out_dir is not None else new_default_folder(f"plan-{spec.name}")
     started = time.perf_counter()
     say = _evaluation_printer(quiet)
     try:
