@@ -36,9 +36,11 @@ from clustersim.errors import ClusterSimError, did_you_mean, one_line
 from clustersim.eventlog import RunLog
 from clustersim.guard import EXIT_BUG, GuardedGroup, fail
 from clustersim.invariants import InvariantViolation
+from clustersim.plans import load_plan
 from clustersim.printout import format_summary
 from clustersim.progress import RunProgress, Snapshot, progress_enabled
 from clustersim.runner import Watch, run_scenario
+from clustersim.sweeps import load_sweep
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
 
@@ -154,10 +156,16 @@ def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | Non
 
 @main.command()
 def scenarios() -> None:
-    """List the built-in scenarios."""
+    """List the built-in scenarios, sweeps (clustersim sweep NAME) and plans (clustersim plan NAME)."""
     for path in sorted(builtin_data_dir("scenarios").glob("*.yaml")):
         loaded = load_scenario(path)
         click.echo(f"{path.stem:<28} {loaded.scenario.description}")
+    for kind, loader in (("sweeps", load_sweep), ("plans", load_plan)):
+        files = sorted((builtin_data_dir("scenarios") / kind).glob("*.yaml"))
+        if files:
+            click.echo(f"\n{kind} (clustersim {kind[:-1]} NAME):")
+        for path in files:
+            click.echo(f"{path.stem:<28} {loader(path).description}")
 
 
 @main.command("validate-cost")
