@@ -44,7 +44,7 @@ CAPTIONS = {
         "The completed requests of every seed pooled per variant; max ITL is each request's longest gap between "
         f"two tokens. Beyond {MAX_LINES} variants, {MAX_LINES} spread over median TTFT (lowest and highest kept)."
     ),
-    "slo_heatmap.png": "The share of a point's seeds in which it meets the SLO.",
+    "slo_heatmap.png": "The share of a point's seeds in which it meets the SLO ('-': no seed was judged).",
     "cost_frontier.png": (
         "Every evaluation of the replica search at the target rate (o: met the SLO in every seed, x: missed it), "
         "each hardware's price line, and each option's answer circled with its rank."

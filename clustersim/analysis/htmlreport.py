@@ -90,9 +90,11 @@ def write_report(folder: Path, figures_dir: Path | None = None) -> tuple[Path, l
     if not folder.is_dir():
         raise RunDirError(folder, "no such folder")
     kind = folder_kind(folder)
-    if kind == "run" and not (folder / "requests.parquet").is_file():
+    if kind == "run" and not any((folder / name).exists() for name in ("requests.parquet", "INCOMPLETE")):
+        hint = " (a sweep that stopped before its tables? run it again: finished points are reused)" if (
+            (folder / "runs").is_dir()) else ""  # fmt: skip
         raise RunDirError(
-            folder, "not a run, sweep or plan folder (no requests.parquet, points.parquet or plan.parquet)"
+            folder, f"not a run, sweep or plan folder: no requests.parquet, points.parquet or plan.parquet{hint}"
         )
     report = {"plan": plan_report, "sweep": sweep_report, "run": run_report}[kind](folder)
     target = figures_dir if figures_dir is not None else folder / "figures"

@@ -97,6 +97,7 @@ def _latency_figure(data: SweepData, along: str, *, achieved: bool) -> Figure:
     how = ""
     for index, ((label, line), (color, style)) in enumerate(zip(lines, line_styles(len(lines)), strict=True)):
         knee, how = knee_rate(line, along) if data.is_rate(along) else (None, "")
+        label += " (no point ran)" if "num_ok" in line and (line["num_ok"] == 0).all() else ""
         x = line[f"{ACHIEVED}_mean" if achieved else along].to_numpy(dtype=float)
         at_knee = x[line[along].to_numpy(dtype=float) == knee] if knee is not None else x[:0]
         knees.extend(float(v) for v in at_knee)

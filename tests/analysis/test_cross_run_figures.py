@@ -215,3 +215,6 @@ def test_report_names_what_it_skips_and_refuses_a_folder_of_nothing(root: Path) 
     result = CliRunner().invoke(main, ["report", str(root / "nothing")])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "not a run, sweep or plan folder" in result.stderr
+    (root / "nothing" / "INCOMPLETE").write_text("interrupted", encoding="utf-8")  # a run that stopped says so
+    result = CliRunner().invoke(main, ["report", str(root / "nothing")])
+    assert result.exit_code == 2 and "the run did not finish (INCOMPLETE is present)" in result.stderr
