@@ -10,29 +10,18 @@ from __future__ import annotations
 import base64
 import html
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-from matplotlib.figure import Figure
 
+from clustersim.analysis.crossrun import CAPTIONS, Plot, plan_figures, sweep_figures
 from clustersim.analysis.figures import figures_for
 from clustersim.analysis.rundata import RunDirError, load_run
 from clustersim.analysis.style import save, theme
 from clustersim.analysis.sweepdata import PlanData, SweepData, load_plan_dir, load_sweep_dir
-from clustersim.analysis.sweepfigs import (
-    heatmap_axes,
-    plot_cdf_by_variant,
-    plot_cost_frontier,
-    plot_latency_throughput,
-    plot_slo_heatmap,
-    rate_axis,
-)
 from clustersim.sweeps.printout import stats_markdown
-
-Plot = Callable[[], Figure]
 
 
 @dataclass
@@ -77,44 +66,18 @@ def run_report(folder: Path) -> Report:
 def sweep_report(folder: Path) -> Report:
     data = load_sweep_dir(folder)
     report = Report(f"sweep {data.name}", "sweep", source_name="sweep.yaml", source_text=data.spec_text)
-    if rate_axis(data) is None:
-        report.skipped["latency_throughput.png"] = "no axis is an offered rate (a numeric axis named *rate_per_s)"
-    else:
-        report.figures["latency_throughput.png"] = lambda: plot_latency_throughput(data)
-    requests = _requests(data)
-    if requests is None or requests.empty:
-        report.skipped["latency_cdf_by_variant.png"] = "no point finished (no requests to plot)"
-    else:
-        report.figures["latency_cdf_by_variant.png"] = lambda: plot_cdf_by_variant(data, requests)
-    if "slo_met_seeds_frac" not in data.stats or data.stats["slo_met_seeds_frac"].isna().all():
-        report.skipped["slo_heatmap.png"] = "the sweep judges no SLO at a percentile (set slo with a percentile)"
-    elif heatmap_axes(data) is None:
-        report.skipped["slo_heatmap.png"] = (
-            f"needs exactly two axes with several values (this sweep has {len(data.axes)})"
-        )
-    else:
-        report.figures["slo_heatmap.png"] = lambda: plot_slo_heatmap(data)
-    report.tables["variants (mean ± 95% interval over seeds)"] = _stats_html(data)
+    report.figures, report.skipped = sweep_figures(data)
+    report.tables["variants (mean ± half-width of the 95% interval over seeds)"] = _stats_html(data)
     failed = data.points[data.points["status"] != "ok"]
     if len(failed):
         report.tables["points that did not run"] = _frame_html(failed[["label", "status", "error"]])
     return report
 
 
-def _requests(data: SweepData) -> pd.DataFrame | None:
-    try:
-        return data.requests(["status", "arrival_at_s", "first_token_at_s", "max_itl_s"])
-    except (OSError, ValueError):
-        return None
-
-
 def plan_report(folder: Path) -> Report:
     data = load_plan_dir(folder)
     report = Report(f"plan {data.name}", "plan", source_name="plan.yaml", source_text=data.spec_text)
-    if data.evaluations.empty or "num_gpus" not in data.evaluations:
-        report.skipped["cost_frontier.png"] = "no evaluation ran"
-    else:
-        report.figures["cost_frontier.png"] = lambda: plot_cost_frontier(data)
+    report.figures, report.skipped = plan_figures(data)
     markdown = folder / "plan.md"
     report.tables["the options, ranked"] = _markdown_table_html(markdown.read_text(encoding="utf-8")) if (
         markdown.is_file()) else _frame_html(data.plan)  # fmt: skip
@@ -127,6 +90,12 @@ def write_report(folder: Path, figures_dir: Path | None = None) -> tuple[Path, l
     if not folder.is_dir():
         raise RunDirError(folder, "no such folder")
     kind = folder_kind(folder)
+    if kind == "run" and not any((folder / name).exists() for name in ("requests.parquet", "INCOMPLETE")):
+        hint = " (a sweep that stopped before its tables? run it again: finished points are reused)" if (
+            (folder / "runs").is_dir()) else ""  # fmt: skip
+        raise RunDirError(
+            folder, f"not a run, sweep or plan folder: no requests.parquet, points.parquet or plan.parquet{hint}"
+        )
     report = {"plan": plan_report, "sweep": sweep_report, "run": run_report}[kind](folder)
     target = figures_dir if figures_dir is not None else folder / "figures"
     written: list[Path] = []
@@ -157,6 +126,8 @@ def _page(report: Report, figures: list[Path]) -> str:
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         parts.append(f"<h3>{html.escape(path.name)}</h3><img src=\"data:image/png;base64,{data}\" "
                      f"alt=\"{html.escape(path.stem)}\">")  # fmt: skip
+        if path.name in CAPTIONS:
+            parts.append(f"<p>{html.escape(CAPTIONS[path.name])}</p>")
     if report.skipped:
         items = "".join(f"<li>{html.escape(n)}: {html.escape(r)}</li>" for n, r in report.skipped.items())
         parts.append(f"<h2>figures not drawn</h2><ul>{items}</ul>")

@@ -40,6 +40,14 @@ class SweepData:
         """Whether an axis is an offered rate (its name ends in ``rate_per_s`` and its values are numbers)."""
         return axis.endswith("rate_per_s") and pd.api.types.is_numeric_dtype(self.stats[axis])
 
+    def slo_targets(self) -> tuple[float | None, dict[str, float]]:
+        """The sweep file's SLO: its percentile (if any) and its targets in seconds by name (``ttft_s``)."""
+        spec: Any = yaml.safe_load(self.spec_text) or {}
+        slo = spec.get("slo") or {}
+        targets = {k: float(v) for k, v in slo.items() if k.endswith("_s") and v is not None}
+        percentile = slo.get("percentile")
+        return (float(percentile) if percentile is not None else None), targets
+
 
 @dataclass(frozen=True)
 class PlanData:
