@@ -265,8 +265,8 @@ class KVManager:
         return list(bucket.values())
 
     def grow_one(self) -> None:
-        """One crossing sequence takes a free block."""
-        self.pool.allocate(1)
+        """One crossing sequence takes a block (evicting an unused cached prefix if none is free)."""
+        self._take(1)
         self.filled_blocks += 1
 
     def grow_through(self, first_index: int, last_index: int) -> int:

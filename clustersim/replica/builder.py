@@ -102,7 +102,9 @@ class Builder:
         self.includes_decodes = True
         short = core.kv.grow(d)
         for seq in short:  # admission order, as each would take its block in turn
-            while seq.alive and core.kv.pool.num_free_blocks == 0:
+            # a preempted sequence's computed blocks may go to the prefix cache, not the free pool:
+            # they count, as unused cached blocks do (evicted when the block is taken)
+            while seq.alive and core.kv.growth_free() == 0:
                 copied = core.preempt(core.seats.newest(), d)
                 self.swap_blocks += copied
                 self.num_swapped_out += copied > 0
