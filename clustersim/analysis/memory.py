@@ -65,7 +65,7 @@ def plot_kv_memory(run: RunData) -> Figure:
         alpha=0.85,
     )
     waste = run.summary.get("kv", {}).get("waste_frac")
-    title = f"{run.title}: where the KV cache went (share of the cluster's KV capacity; the rest is free)"
+    title = f"{run.title}:\nwhere the KV cache went (share of the cluster's KV capacity; the rest is free)"
     if waste is not None:
         title += f"\ntime-weighted waste {100 * waste:.1f}% of capacity"
     ax.set_title(title)
