@@ -7,6 +7,7 @@ hash and the clustersim version in its key-value metadata.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clustersim.itl import GapHistogram, bin_edges_s
+from clustersim.kvcache.ledger_batch import ledger_columns
 from clustersim.records import GapRecord, MemoryRecord, RequestRecord, StepRecord, numpy_dtypes_of, schema_of
 from clustersim.workload.request import Request
 
@@ -30,9 +32,15 @@ class TableWriter:
     """
 
     def __init__(
-        self, path: Path, record: type[tuple[Any, ...]], metadata: dict[str, str], measured: bool = False
+        self,
+        path: Path,
+        record: type[tuple[Any, ...]],
+        metadata: dict[str, str],
+        measured: bool = False,
+        columns_of: Callable[[list[tuple[Any, ...]]], list[np.ndarray[Any, Any]]] | None = None,
     ) -> None:
         self.path = path
+        self._columns_of = columns_of
         self._dtypes = numpy_dtypes_of(record) + ((np.bool_,) if measured else ())
         schema = schema_of(record, measured)
         self.schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
@@ -54,6 +62,12 @@ class TableWriter:
 
     def flush(self) -> None:
         if not self._rows:
+            return
+        if self._columns_of is not None:
+            arrays = [pa.array(column) for column in self._columns_of(self._rows)]
+            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+            self.num_rows += len(self._rows)
+            self._rows = []
             return
         arrays = []
         for column, field, dtype in zip(zip(*self._rows, strict=True), self.schema, self._dtypes, strict=True):
@@ -85,7 +99,8 @@ class RunLog:
         self.measured = measured
         self.requests = TableWriter(out_dir / "requests.parquet", RequestRecord, metadata, measured)
         self.steps = TableWriter(out_dir / "steps.parquet", StepRecord, metadata)
-        self.memory = TableWriter(out_dir / "memory.parquet", MemoryRecord, metadata)
+        # rows of ledger inputs, made into MemoryRecord columns a batch at a time
+        self.memory = TableWriter(out_dir / "memory.parquet", MemoryRecord, metadata, columns_of=ledger_columns)
         self.gaps = GapHistogram()  # every replica's inter-token gaps, written as itl.parquet at the close
         self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata, measured)
 

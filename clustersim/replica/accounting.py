@@ -6,17 +6,18 @@ from typing import TYPE_CHECKING
 
 from clustersim.architecture import blocks_for_tokens
 from clustersim.cost.runs import run_duration_s, run_integrals
-from clustersim.kvcache.ledger import RunSpan, ledger_row
+from clustersim.kvcache.ledger import RunSpan
+from clustersim.kvcache.ledger_batch import Row, batches_short_run, pending_row, short_run_row
 from clustersim.kvcache.manager import KVManager
-from clustersim.records import MemoryRecord
 from clustersim.replica.step import Step
 
 if TYPE_CHECKING:  # the core calls these; they only read it
     from clustersim.replica.core import Core
 
 
-def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> MemoryRecord:
-    """The ledger row of the steps of ``step`` just ended (before finished sequences retire)."""
+def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> Row:
+    """The ledger row of the steps of ``step`` just ended (before finished sequences retire), as the
+    inputs :func:`~clustersim.kvcache.ledger_batch.ledger_columns` turns into the row when it is written."""
     kv, seats = core.kv, core.seats
     bs = kv.block_size_tokens
     filled = kv.filled_blocks
@@ -27,10 +28,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
     changed = step.external_changed_at_step
     if changed >= num_steps:  # every step it covers ended before the waiting head changed
         external = step.external_before_tokens
-    span = None
-    if num_steps > 1 and step.anchor is not None:
-        span = run_span(kv, step, num_steps, grown, changed)
-    return ledger_row(
+    head = (
         core.spec.index,
         step.started_at_s,
         now_s - step.started_at_s,
@@ -42,7 +40,18 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         external,
         bs,
         kv.spec.bytes_per_token,
-        span,
+    )
+    anchor = step.anchor
+    if num_steps <= 1 or anchor is None:
+        return pending_row(head)
+    shape = anchor.shape
+    if not batches_short_run(shape, num_steps, bs):
+        return pending_row(head, run_span(kv, step, num_steps, grown, changed))
+    n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
+    changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
+    blocks = kv.growth_counts(step.first_index + 1, num_steps - 1)
+    return short_run_row(
+        head, num_steps, n, grown, kv.growing, step.external_before_tokens, changed_after_s, shape, context, blocks
     )
 
 

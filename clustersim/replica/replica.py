@@ -50,9 +50,28 @@ class Replica:
         """Accept a routed request: queue it (waking an idle replica), or reject it if it can never be served."""
         outcome = self.core.enqueue(request, self.clock.now, self._ended, self._planned)
         if outcome == "cut":
-            self.process.interrupt()  # the run in flight ends at an earlier boundary
+            self._end_sooner()
         elif outcome == "queued" and self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
+
+    def _end_sooner(self) -> None:
+        """The run in flight now ends at an earlier boundary: wait for that one instead.
+
+        When that boundary is at a later instant, the process's wait moves to a timer there directly
+        (what an interrupt would do, without its event and exception; where a timer is created does
+        not change when it fires, its replica's step-end priority being its own). A boundary at this
+        very instant goes through an interrupt, which orders it after the events due before it now.
+        """
+        step, process = self.core.in_flight, self.process
+        assert step is not None  # only a run in flight is cut
+        if step.ends_at_s > self.clock.now:
+            waited = process._target
+            waited.callbacks.remove(process._resume)
+            timer = self.clock.timer_at(step.ends_at_s, self._end_priority)
+            timer.callbacks.append(process._resume)
+            process._target = timer
+        else:
+            process.interrupt()
 
     def _ended(self, at_s: float) -> bool:
         return self.clock.passed(at_s, self._end_priority)
