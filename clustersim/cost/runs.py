@@ -251,3 +251,110 @@ def run_integrals(
         count = (num_steps - 1 - first) // period + 1
         growth_sum += taken * (count * total_s - boundary_time_sum(ranges, first, period, count))
     return total_s, index_sum, growth_sum
+
+
+# ----------------------------------------------------------------------------- one anchor's run, many lengths
+_NEVER = 1 << 62  # a split or floor crossing no run reaches
+
+
+class RunClock:
+    """:func:`run_duration_s` of one run start for any number of steps, bit for bit, cheaper per call.
+
+    Everything that does not depend on the number of steps is worked out once: where the steps
+    leave the floor (the first step whose kernel time reaches it; kernel time never decreases
+    along a run), and per piece the step where its max switches sides and each side's affine
+    terms. A length then costs the two affine sums per piece, with the same operations in the same
+    order as :func:`run_duration_s`. Shapes outside the model's domain (a negative slope) fall back
+    to :func:`run_duration_s` itself.
+    """
+
+    __slots__ = ("_args", "_fallback", "_first_unfloored", "_fixed_s", "_floor_s", "_growth", "_pieces")
+
+    def __init__(self, shape: DecodeStepShape, first_context_tokens: int, growth_tokens: int) -> None:
+        self._args = (shape, first_context_tokens, growth_tokens)
+        self._fallback = growth_tokens < 0 or any(b < 0 or d < 0 for _, b, _, d in shape.pieces)
+        self._fixed_s, self._floor_s, self._growth = shape.fixed_s, shape.floor_s, growth_tokens
+        first_unfloored = 0
+        if not self._fallback and shape.floor_s > 0.0:
+            first_unfloored = _first_unfloored(shape, first_context_tokens, growth_tokens)
+        self._first_unfloored = first_unfloored
+        context = first_context_tokens + growth_tokens * first_unfloored if first_unfloored < _NEVER else 0
+        self._pieces = [_piece_terms(piece, context, growth_tokens) for piece in shape.pieces]
+
+    def duration_s(self, num_steps: int) -> float:
+        """``run_duration_s(shape, first_context_tokens, growth_tokens, num_steps)``."""
+        if self._fallback:
+            return run_duration_s(*self._args, num_steps)
+        if num_steps <= 0:
+            return 0.0
+        floored = self._first_unfloored
+        if floored:
+            if num_steps <= floored:
+                return num_steps * self._floor_s + 0.0
+            return floored * self._floor_s + self._kernels_s(num_steps - floored)
+        return self._kernels_s(num_steps)
+
+    def _kernels_s(self, m: int) -> float:
+        total = m * self._fixed_s
+        for split, lead_base, lead_step, follow_base, follow_step in self._pieces:
+            if split < 0:  # one side throughout
+                total += m * lead_base + lead_step * (m - 1) * m / 2.0
+                continue
+            s = split if split < m else m
+            lead = s * lead_base + lead_step * (s - 1) * s / 2.0 if s > 0 else 0.0
+            rest = m - s
+            follow = rest * follow_base + follow_step * (s + m - 1) * rest / 2.0 if rest > 0 else 0.0
+            total += lead + follow
+        return total
+
+
+def _first_unfloored(shape: DecodeStepShape, first_context_tokens: int, growth_tokens: int) -> int:
+    """The first step of a run whose kernel time is not below the floor (:data:`_NEVER`: none):
+    what :func:`floor_steps` returns for runs longer than it."""
+    floor_s = shape.floor_s
+    if shape.kernels_s(first_context_tokens) >= floor_s:
+        return 0
+    if growth_tokens <= 0:
+        return _NEVER
+    high = 1
+    while shape.kernels_s(first_context_tokens + growth_tokens * high) < floor_s:
+        if high >= _NEVER >> 1:
+            return _NEVER
+        high *= 2
+    low = high // 2  # below the floor at low, not at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if shape.kernels_s(first_context_tokens + growth_tokens * middle) < floor_s:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+def _piece_terms(
+    piece: tuple[float, float, float, float], first_context: int, growth: int
+) -> tuple[int, float, float, float, float]:
+    """One piece of a run from ``first_context``: ``(split, lead base, lead step, follow base, follow
+    step)``: steps before ``split`` take the leading side, the rest the other (as :func:`_piece_sum`);
+    ``split`` -1: the leading side throughout."""
+    a, b, c, d = piece
+    du = b - d
+    u0 = (a - c) + du * first_context
+    if du == 0.0 or growth == 0.0:
+        intercept, slope = (a, b) if u0 >= 0.0 else (c, d)
+        base, step = intercept + slope * first_context, slope * growth
+        return -1, base, step, base, step
+    crossing = -u0 / (du * growth)
+    if du > 0:  # second side first
+        split = _NEVER if crossing >= _NEVER else max(math.ceil(max(crossing, -1.0)), 0)
+        lead, follow = (c, d), (a, b)
+    else:
+        split = _NEVER if crossing >= _NEVER else max(math.floor(max(crossing, -1.0)) + 1, 0)
+        lead, follow = (a, b), (c, d)
+    return (
+        split,
+        lead[0] + lead[1] * first_context,
+        lead[1] * growth,
+        follow[0] + follow[1] * first_context,
+        follow[1] * growth,
+    )

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.cost.base import DecodeStepShape, StepBatch
-from clustersim.cost.runs import run_duration_s
+from clustersim.cost.runs import RunClock
 from clustersim.replica.seats import Seat
 
 
 class DecodeAnchor:
     """Consecutive decode steps of ``num_seqs`` sequences from ``first_index``, started at ``started_at_s``."""
 
-    __slots__ = ("first_context_tokens", "first_index", "last_index", "num_seqs", "shape", "started_at_s")
+    __slots__ = ("clock", "first_context_tokens", "first_index", "last_index", "num_seqs", "shape", "started_at_s")
 
     def __init__(
         self, started_at_s: float, first_index: int, first_context_tokens: int, num_seqs: int, shape: DecodeStepShape
@@ -31,11 +31,11 @@ class DecodeAnchor:
         self.num_seqs = num_seqs
         self.shape = shape
         self.last_index = first_index - 1  # the last of its steps that has ended
+        self.clock = RunClock(shape, first_context_tokens, num_seqs)
 
     def end_s(self, index: int) -> float:
         """When decode step ``index`` of this anchor ends."""
-        steps = index - self.first_index + 1
-        return self.started_at_s + run_duration_s(self.shape, self.first_context_tokens, self.num_seqs, steps)
+        return self.started_at_s + self.clock.duration_s(index - self.first_index + 1)
 
     def step_duration_s(self, index: int) -> float:
         """How long decode step ``index`` of this anchor lasts, by the cost formula (its gap)."""

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.cost.base import DecodeStepShape
-from clustersim.cost.runs import floor_steps, run_duration_s, run_integrals, steps_done_by
+from clustersim.cost.runs import RunClock, floor_steps, run_duration_s, run_integrals, steps_done_by
 
 
 def stepwise(shape: DecodeStepShape, first: float, growth: float, num_steps: int) -> float:
@@ -104,3 +104,26 @@ def test_floor_steps_are_the_leading_steps_below_the_floor(fixed, parts, first, 
     shape = DecodeStepShape(fixed, tuple(parts), floor)
     below = [shape.kernels_s(first + growth * j) < floor for j in range(num_steps)]
     assert floor_steps(shape, first, growth, num_steps) == (below.index(False) if False in below else num_steps)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    fixed=st.floats(0, 1e-2),
+    parts=st.lists(pieces, max_size=3),
+    first=st.integers(0, 10**6),
+    growth=st.integers(0, 512),
+    lengths=st.lists(st.integers(0, 3000), min_size=1, max_size=8),
+    floor=floors,
+)
+def test_run_clock_is_run_duration_bit_for_bit(fixed, parts, first, growth, lengths, floor):
+    """An anchor's clock gives every length exactly what run_duration_s gives (the fast path's boundaries)."""
+    shape = DecodeStepShape(fixed, tuple(parts), floor)
+    clock = RunClock(shape, first, growth)
+    for num_steps in lengths:
+        assert clock.duration_s(num_steps).hex() == run_duration_s(shape, first, growth, num_steps).hex(), num_steps
+
+
+def test_run_clock_on_the_floor_then_off_it():
+    # kernel time C - 9 against a floor of 4: C = 10, 12 are floored (1, 3 < 4), C = 14, 16 are not
+    clock = RunClock(DecodeStepShape(0.0, ((-9.0, 1.0, 0.0, 0.0),), 4.0), 10, 2)
+    assert [clock.duration_s(k) for k in range(5)] == [0.0, 4.0, 8.0, 13.0, 20.0]
