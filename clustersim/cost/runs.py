@@ -170,34 +170,24 @@ def _kernel_ranges(
     return ranges
 
 
-def _count_upto(limit: int, first: int, stride: int, count: int) -> int:
-    """How many of ``first + p * stride`` (p < count) are <= ``limit``."""
-    if limit < first:
-        return 0
-    return min(count, (limit - first) // stride + 1)
-
-
-def _ap_sums(first: int, stride: int, p0: int, p1: int) -> tuple[float, float]:
-    """Sums of ``s`` and ``s**2`` over ``s = first + p * stride`` for p in [p0, p1)."""
-    m = p1 - p0
-    sum_p = (p0 + p1 - 1) * m / 2.0
-    sum_p2 = ((p1 - 1) * p1 * (2 * p1 - 1) - (p0 - 1) * p0 * (2 * p0 - 1)) / 6.0
-    sum_s = m * first + stride * sum_p
-    sum_s2 = m * first * first + 2.0 * first * stride * sum_p + stride * stride * sum_p2
-    return sum_s, sum_s2
-
-
 def boundary_time_sum(ranges: list[tuple[int, int, float, float]], first: int, stride: int, count: int) -> float:
     """Sum of ``T(s)`` over ``s = first + p * stride`` (p < count), where ``T(s)`` is the time from the
-    run's start to the end of its ``s``-th step (``T(0) = 0``), in closed form over ``ranges``."""
+    run's start to the end of its ``s``-th step (``T(0) = 0``), in closed form over ``ranges``.
+
+    ``p_lo, p_hi``: how many of the ``s`` are <= ``j0``, ``j1``; ``sum_s, sum_s2``: the sums of ``s``
+    and ``s**2`` over ``p`` in ``[p_lo, p_hi)`` (inline: this runs for every block residue of every run).
+    """
     total = 0.0
     for j0, j1, alpha, beta in ranges:
         # T_range(s) = sum over j in [j0, min(s, j1)) of alpha + beta*j: 0 up to j0, quadratic, then flat
-        p_lo = _count_upto(j0, first, stride, count)
-        p_hi = _count_upto(j1, first, stride, count)
+        p_lo = 0 if j0 < first else min(count, (j0 - first) // stride + 1)
+        p_hi = 0 if j1 < first else min(count, (j1 - first) // stride + 1)
         if p_hi > p_lo:
             m = p_hi - p_lo
-            sum_s, sum_s2 = _ap_sums(first, stride, p_lo, p_hi)
+            sum_p = (p_lo + p_hi - 1) * m / 2.0
+            sum_p2 = ((p_hi - 1) * p_hi * (2 * p_hi - 1) - (p_lo - 1) * p_lo * (2 * p_lo - 1)) / 6.0
+            sum_s = m * first + stride * sum_p
+            sum_s2 = m * first * first + 2.0 * first * stride * sum_p + stride * stride * sum_p2
             total += alpha * (sum_s - m * j0) + 0.5 * beta * (sum_s2 - sum_s - m * (j0 - 1) * j0)
         if count > p_hi:
             total += (count - p_hi) * (alpha * (j1 - j0) + 0.5 * beta * ((j1 - 1) * j1 - (j0 - 1) * j0))
@@ -272,7 +262,10 @@ class RunClock:
 
     def __init__(self, shape: DecodeStepShape, first_context_tokens: int, growth_tokens: int) -> None:
         self._args = (shape, first_context_tokens, growth_tokens)
-        self._fallback = growth_tokens < 0 or any(b < 0 or d < 0 for _, b, _, d in shape.pieces)
+        self._fallback = growth_tokens < 0
+        for _, b, _, d in shape.pieces:
+            if b < 0 or d < 0:
+                self._fallback = True
         self._fixed_s, self._floor_s, self._growth = shape.fixed_s, shape.floor_s, growth_tokens
         first_unfloored = 0
         if not self._fallback and shape.floor_s > 0.0:
@@ -311,20 +304,31 @@ class RunClock:
 def _first_unfloored(shape: DecodeStepShape, first_context_tokens: int, growth_tokens: int) -> int:
     """The first step of a run whose kernel time is not below the floor (:data:`_NEVER`: none):
     what :func:`floor_steps` returns for runs longer than it."""
-    floor_s = shape.floor_s
-    if shape.kernels_s(first_context_tokens) >= floor_s:
+    floor_s, kernels_s = shape.floor_s, shape.kernels_s
+    if kernels_s(first_context_tokens) >= floor_s:
         return 0
     if growth_tokens <= 0:
         return _NEVER
     high = 1
-    while shape.kernels_s(first_context_tokens + growth_tokens * high) < floor_s:
+    if len(shape.pieces) == 1:  # start from the crossing of the one piece's sides with the floor
+        a, b, c, d = shape.pieces[0]
+        need = floor_s - shape.fixed_s
+        crossing = min((need - a) / b if b > 0 else math.inf, (need - c) / d if d > 0 else math.inf)
+        if crossing == math.inf:
+            return _NEVER
+        high = max(1, math.ceil((crossing - first_context_tokens) / growth_tokens))
+        high = min(high, _NEVER >> 1)
+        reached = kernels_s(first_context_tokens + growth_tokens * high) >= floor_s
+        if reached and (high == 1 or kernels_s(first_context_tokens + growth_tokens * (high - 1)) < floor_s):
+            return high
+    while kernels_s(first_context_tokens + growth_tokens * high) < floor_s:
         if high >= _NEVER >> 1:
             return _NEVER
         high *= 2
-    low = high // 2  # below the floor at low, not at high
+    low = 0  # below the floor at low, not at high
     while high - low > 1:
         middle = (low + high) // 2
-        if shape.kernels_s(first_context_tokens + growth_tokens * middle) < floor_s:
+        if kernels_s(first_context_tokens + growth_tokens * middle) < floor_s:
             low = middle
         else:
             high = middle

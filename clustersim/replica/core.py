@@ -29,7 +29,6 @@ from clustersim.eventlog import RunLog
 from clustersim.kvcache.manager import KVManager
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
-from clustersim.records import StepRecord
 from clustersim.replica.accounting import memory_record
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.batching import BatchingPolicy, StepLimits
@@ -271,7 +270,7 @@ class Core:
             self.kv.grown_through = last_index
         batch, pool = step.batch, self.kv.pool
         self.log.steps.append(
-            StepRecord(
+            (  # a StepRecord's fields, as a plain tuple (its constructor costs more than the row)
                 self.spec.index,  # replica
                 step.started_at_s,
                 now_s - step.started_at_s,  # duration_s
