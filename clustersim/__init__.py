@@ -1,12 +1,10 @@
 """clustersim: a discrete-event performance model of an LLM GPU serving cluster."""
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("clustersim")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# the package's version (pyproject.toml reads it from here): a literal, so no command pays for
+# importlib.metadata at start-up
+__version__ = "0.1.0"
 
 __all__ = ["Result", "__version__", "load", "plan", "run", "sweep"]
 _API = ("Result", "load", "plan", "run", "sweep")
