@@ -28,7 +28,8 @@ class TableWriter:
 
     The file is written as ``<path>.partial`` and renamed into place by :meth:`close`, so a
     reader never sees a half-written file under the final name. ``measured``: rows end with the
-    :data:`~clustersim.records.MEASURED` flag.
+    :data:`~clustersim.records.MEASURED` flag. ``columns_of``: rows are inputs this function turns into
+    the record's columns, a batch at a time (else they are the records themselves).
     """
 
     def __init__(
@@ -38,9 +39,11 @@ class TableWriter:
         metadata: dict[str, str],
         measured: bool = False,
         columns_of: Callable[[list[tuple[Any, ...]]], list[np.ndarray[Any, Any]]] | None = None,
+        rows_per_batch: int = ROWS_PER_BATCH,
     ) -> None:
         self.path = path
         self._columns_of = columns_of
+        self._rows_per_batch = rows_per_batch
         self._dtypes = numpy_dtypes_of(record) + ((np.bool_,) if measured else ())
         schema = schema_of(record, measured)
         self.schema = schema.with_metadata({k.encode(): v.encode() for k, v in metadata.items()})
@@ -52,7 +55,7 @@ class TableWriter:
     def append(self, record: tuple[Any, ...]) -> None:
         """Add one row: a record of :mod:`clustersim.records` whose type the schema was derived from."""
         self._rows.append(record)
-        if len(self._rows) >= ROWS_PER_BATCH:
+        if len(self._rows) >= self._rows_per_batch:
             self.flush()
 
     @property
@@ -99,8 +102,10 @@ class RunLog:
         self.measured = measured
         self.requests = TableWriter(out_dir / "requests.parquet", RequestRecord, metadata, measured)
         self.steps = TableWriter(out_dir / "steps.parquet", StepRecord, metadata)
-        # rows of ledger inputs, made into MemoryRecord columns a batch at a time
-        self.memory = TableWriter(out_dir / "memory.parquet", MemoryRecord, metadata, columns_of=ledger_columns)
+        # rows of ledger inputs (wider than the records: smaller batches), made into columns a batch at a time
+        self.memory = TableWriter(
+            out_dir / "memory.parquet", MemoryRecord, metadata, columns_of=ledger_columns, rows_per_batch=16_384
+        )
         self.gaps = GapHistogram()  # every replica's inter-token gaps, written as itl.parquet at the close
         self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata, measured)
 
