@@ -68,14 +68,11 @@ class TableWriter:
             return
         if self._columns_of is not None:
             arrays = [pa.array(column) for column in self._columns_of(self._rows)]
-            self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
-            self.num_rows += len(self._rows)
-            self._rows = []
-            return
-        arrays = []
-        for column, field, dtype in zip(zip(*self._rows, strict=True), self.schema, self._dtypes, strict=True):
-            # through NumPy where the column can hold no null: converting Python numbers that way is faster
-            arrays.append(pa.array(np.array(column, dtype=dtype)) if dtype else pa.array(column, type=field.type))
+        else:
+            arrays = []
+            for column, field, dtype in zip(zip(*self._rows, strict=True), self.schema, self._dtypes, strict=True):
+                # through NumPy where the column can hold no null: converting Python numbers that way is faster
+                arrays.append(pa.array(np.array(column, dtype=dtype)) if dtype else pa.array(column, type=field.type))
         self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
         self.num_rows += len(self._rows)
         self._rows = []

@@ -258,7 +258,7 @@ class RunClock:
     to :func:`run_duration_s` itself.
     """
 
-    __slots__ = ("_args", "_fallback", "_first_unfloored", "_fixed_s", "_floor_s", "_growth", "_pieces")
+    __slots__ = ("_args", "_fallback", "_first_unfloored", "_fixed_s", "_floor_s", "_pieces")
 
     def __init__(self, shape: DecodeStepShape, first_context_tokens: int, growth_tokens: int) -> None:
         self._args = (shape, first_context_tokens, growth_tokens)
@@ -266,7 +266,7 @@ class RunClock:
         for _, b, _, d in shape.pieces:
             if b < 0 or d < 0:
                 self._fallback = True
-        self._fixed_s, self._floor_s, self._growth = shape.fixed_s, shape.floor_s, growth_tokens
+        self._fixed_s, self._floor_s = shape.fixed_s, shape.floor_s
         first_unfloored = 0
         if not self._fallback and shape.floor_s > 0.0:
             first_unfloored = _first_unfloored(shape, first_context_tokens, growth_tokens)

@@ -15,7 +15,7 @@ loop over steps: a run's row equals the time-weighted mean of the rows its steps
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from clustersim.records import MemoryRecord
 
@@ -82,11 +82,23 @@ def ledger_row(
                 span.external_before_tokens * before_s + external_tokens * (span.duration_s - before_s)
             ) / span.duration_s
             worst_external = max(worst_external, span.external_before_tokens)
-    free = (total - used - cached) * bs
     return MemoryRecord(
         replica,
         started_at_s,
         duration_s,
+        *ledger_bytes(total, bs, b, stored, filled, used, external, cached, last_free, worst_external),
+    )
+
+
+def ledger_bytes(
+    total: Any, bs: Any, b: Any, stored: Any, filled: Any, used: Any, external: Any, cached: Any, last_free: Any,
+    worst_external: Any,
+) -> tuple[Any, ...]:  # fmt: skip
+    """The row's byte columns from its means (numbers, or NumPy arrays of a batch of rows: the same
+    operations, in the same order): capacity, then the categories in the order of
+    :data:`~clustersim.records.LEDGER_CATEGORIES`, then the least free headroom."""
+    free = (total - used - cached) * bs
+    return (
         total * bs * b,  # capacity_bytes
         stored * b,  # stored_bytes
         (filled * bs - stored) * b,  # internal_frag_bytes

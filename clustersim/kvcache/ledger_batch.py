@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from clustersim.cost.base import DecodeStepShape
-from clustersim.kvcache.ledger import RunSpan
+from clustersim.kvcache.ledger import RunSpan, ledger_bytes
 
 MAX_BATCHED_STEPS = 17  # runs of at most this many steps (block boundaries: one fewer) are summed here
 NO_SPAN = 0  # one step (or a run without a span): the row's values are those at its end
@@ -37,6 +37,7 @@ BLOCKS = 28  # then MAX_BATCHED_STEPS - 1 block counts (boundaries 1, 2, ...), z
 WIDTH = BLOCKS + MAX_BATCHED_STEPS - 1
 _NO_RUN = (NO_SPAN,) + (0,) * (WIDTH - KIND - 1)
 _NO_BLOCKS = (0,) * (MAX_BATCHED_STEPS - 1)
+_NO_SHORT_RUN = (0,) * (WIDTH - GROWTH_S - 1)
 
 Row = tuple[Any, ...]
 
@@ -47,7 +48,7 @@ def pending_row(head: tuple[Any, ...], span: RunSpan | None = None) -> Row:
         return head + _NO_RUN
     run = (SPAN, span.num_steps, span.tokens_per_step, span.grown_blocks, span.growing, span.external_before_tokens,
            span.external_changed_after_s, span.duration_s, span.index_integral_s, span.growth_integral_s)  # fmt: skip
-    return head + run + (0,) * (WIDTH - GROWTH_S - 1)
+    return head + run + _NO_SHORT_RUN
 
 
 def short_run_row(
@@ -123,17 +124,5 @@ def ledger_columns(rows: list[Row]) -> list[np.ndarray[Any, Any]]:
         weighted = (external_before * before_s + external_tokens * (duration_s - before_s)) / duration_s
         external = np.where(changed, weighted, external_tokens)
     worst_external = np.where(changed, np.maximum(external_tokens, external_before), external_tokens)
-    free = (total - used - cached) * bs
-    return [
-        x[:, REPLICA].astype(np.int32),
-        x[:, STARTED],
-        x[:, DURATION],
-        total * bs * b,  # capacity_bytes
-        stored * b,  # stored_bytes
-        (filled * bs - stored) * b,  # internal_frag_bytes
-        (used - filled) * bs * b,  # reserved_unused_bytes
-        external * b,  # external_frag_bytes
-        cached * bs * b,  # cached_prefix_bytes
-        (free - external) * b,  # free_bytes
-        (last_free - worst_external) * b,  # min_free_bytes
-    ]
+    bytes_columns = ledger_bytes(total, bs, b, stored, filled, used, external, cached, last_free, worst_external)
+    return [x[:, REPLICA].astype(np.int32), x[:, STARTED], x[:, DURATION], *bytes_columns]
