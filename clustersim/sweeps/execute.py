@@ -11,6 +11,7 @@ interrupted (Ctrl-C), from every point finished so far.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,13 +22,13 @@ import yaml
 
 from clustersim.config.base import MAX_SEED
 from clustersim.config.catalogue import builtin_data_dir
-from clustersim.config.loader import apply_overrides, read_yaml_mapping
+from clustersim.config.loader import apply_overrides, check_unknown_keys, read_yaml_mapping
 from clustersim.config.scenario import Scenario
 from clustersim.errors import ClusterSimError, ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.sweeps.backends import BackendName, make_backend
 from clustersim.sweeps.points import Point, expand, override
-from clustersim.sweeps.spec import SweepSpec
+from clustersim.sweeps.spec import SweepSpec, ZipAxes
 from clustersim.sweeps.store import finished_row as earlier_row
 from clustersim.sweeps.store import (
     rebuild_datasets,
@@ -77,14 +78,59 @@ def prepare(spec: SweepSpec, base_path: Path, source: str) -> list[Point]:
     """The sweep's points. The base scenario is read once here (a missing or unreadable file, or a
     shared override that names no field, stops the sweep before it starts), for its seed; whether
     each point's scenario is valid is the point's own business."""
-    shared = [override(path, value) for path, value in spec.set.items()]
     try:
-        raw = apply_overrides(read_yaml_mapping(base_path), shared, str(base_path))
+        base = read_yaml_mapping(base_path)
+        raw = apply_overrides(base, [override(path, value) for path, value in spec.set.items()], str(base_path))
     except ConfigError as exc:
         raise ConfigError(source, "base", one_line(str(exc))) from None
     seed = raw.get("seed", Scenario.model_fields["seed"].default)
     base_seed = seed if isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed <= MAX_SEED else 0
-    return expand(spec, base_seed, source)
+    points = expand(spec, base_seed, source)
+    _check_field_names(spec, base, points, source)
+    return points
+
+
+def _check_field_names(spec: SweepSpec, base: dict[str, Any], points: list[Point], source: str) -> None:
+    """Refuse a sweep whose ``set`` or an axis names a field the scenario does not have (or a list
+    item it lacks): every point would fail the same way. Values are each point's own business."""
+    try:
+        check_unknown_keys(base, Scenario, "scenario")
+    except ConfigError as exc:
+        raise ConfigError(source, "base", f"{exc.field_path}: {exc.problem}") from None
+    checked: set[tuple[str, ...]] = set()
+    for point in points:
+        variant = point.overrides[:-1]  # the seed override is the same path for every point
+        if variant in checked:
+            continue
+        checked.add(variant)
+        try:
+            check_unknown_keys(apply_overrides(base, variant, "scenario"), Scenario, "scenario")
+        except ConfigError as exc:
+            where = _sweep_field(spec, exc.field_path)
+            raise ConfigError(source, where, f"{exc.field_path}: {exc.problem}") from None
+
+
+def _sweep_field(spec: SweepSpec, field_path: str) -> str:
+    """The sweep's own field that sets the scenario field ``field_path``: ``set.<path>``, or
+    ``axes[i].path`` (``axes[i].values`` when the name is inside the axis's values), found by the
+    longest shared leading part."""
+    wanted = re.sub(r"\[(\d+)\]", r".\1", field_path).split(".")
+    candidates = [(f"set.{path}", path.split(".")) for path in spec.set]
+    for index, entry in enumerate(spec.axes):
+        axes = entry.zip if isinstance(entry, ZipAxes) else [entry]
+        candidates += [(f"axes[{index}]", axis.path.split(".")) for axis in axes]
+
+    def shared(parts: list[str]) -> int:
+        return next(
+            (i for i, (a, b) in enumerate(zip(parts, wanted, strict=False)) if a != b), min(len(parts), len(wanted))
+        )
+
+    name, parts = max(candidates, key=lambda c: shared(c[1]), default=("set", []))
+    if shared(parts) == 0:
+        return "set"
+    if name.startswith("axes"):
+        return f"{name}.values" if len(wanted) > len(parts) else f"{name}.path"
+    return name
 
 
 def run_sweep(
