@@ -7,9 +7,11 @@ observable. At one instant, events run in this order:
 
 1. the horizon (the clock stops before anything else due then happens);
 2. step ends, by replica index: tokens are emitted and finished requests retire;
-3. SimPy's own events (process starts, interrupts), then arrivals, think times and completions
+3. replica failures and restarts (:mod:`clustersim.faults`), in scheduling order: a failure keeps
+   the steps that ended at its instant, and the arrivals of that instant see the replica down;
+4. SimPy's own events (process starts, interrupts), then arrivals, think times and completions
    (SimPy's ``NORMAL`` priority, in scheduling order: their times do not depend on the mode);
-4. plans, by replica index: each replica decides its next step having seen every arrival and
+5. plans, by replica index: each replica decides its next step having seen every arrival and
    every step end of the instant.
 
 Timers are scheduled at absolute times (``now + (t - now)`` can round away from ``t``), so a
@@ -26,6 +28,7 @@ from simpy.events import Event, EventCallbacks, EventPriority
 
 HORIZON_PRIORITY = -(1 << 62)
 STEP_END_PRIORITY = -(1 << 61)  # + replica index
+LIFECYCLE_PRIORITY = -(1 << 60)  # failures and restarts
 PLAN_PRIORITY = 2  # + replica index; SimPy's URGENT is 0 and NORMAL 1
 
 

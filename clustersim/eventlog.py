@@ -17,7 +17,15 @@ import pyarrow.parquet as pq
 
 from clustersim.itl import GapHistogram, bin_edges_s
 from clustersim.kvcache.ledger_batch import ledger_columns
-from clustersim.records import GapRecord, MemoryRecord, RequestRecord, StepRecord, numpy_dtypes_of, schema_of
+from clustersim.records import (
+    GapRecord,
+    LifecycleRecord,
+    MemoryRecord,
+    RequestRecord,
+    StepRecord,
+    numpy_dtypes_of,
+    schema_of,
+)
 from clustersim.workload.request import Request
 
 ROWS_PER_BATCH = 65_536
@@ -105,6 +113,9 @@ class RunLog:
         )
         self.gaps = GapHistogram()  # every replica's inter-token gaps, written as itl.parquet at the close
         self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata, measured)
+        # the replicas' changes of state, written as lifecycle.parquet at the close (a scenario with faults)
+        self.lifecycle: list[LifecycleRecord] | None = None
+        self._out_dir, self._metadata = out_dir, metadata
 
     def record_request(self, request: Request) -> None:
         """Write a request's final record (called once, when it completes, is rejected, or the run ends)."""
@@ -122,6 +133,11 @@ class RunLog:
             record = GapRecord(tenant, index, lower_s, upper_s, count, total_s, low_s, high_s)
             self._gaps_writer.append((*record, measured) if self.measured else record)
         self._gaps_writer.close()
+        if self.lifecycle is not None:
+            writer = TableWriter(self._out_dir / "lifecycle.parquet", LifecycleRecord, self._metadata)
+            for row in self.lifecycle:
+                writer.append(row)
+            writer.close()
 
     def abort(self) -> None:
         self.requests.abort()

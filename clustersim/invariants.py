@@ -6,9 +6,10 @@ A violation is a bug in clustersim, never bad input: it is raised loudly as
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +17,7 @@ import pyarrow.compute as pc
 
 from clustersim.config.scenario import Scenario
 from clustersim.itl import GapBins
+from clustersim.lifecyclestats import check_lifecycle
 from clustersim.logstats import MemoryTotals, StepTotals
 from clustersim.requeststats import RequestTotals
 
@@ -44,7 +46,9 @@ def check_requests(requests: pa.Table | RequestTotals) -> list[str]:
     if totals.bad_ids or totals.missing_ids:
         problems.append(f"request ids are not exactly 0..{totals.num_rows - 1} once each")
     if totals.num_other_status:
-        problems.append(f"{totals.num_other_status} requests have a status other than completed/rejected/unfinished")
+        problems.append(
+            f"{totals.num_other_status} requests have a status other than completed/rejected/unfinished/lost"
+        )
     if totals.causality_ids:
         problems.append(
             "causality: arrival <= first scheduled <= first token <= finished fails for requests "
@@ -53,9 +57,9 @@ def check_requests(requests: pa.Table | RequestTotals) -> list[str]:
     if totals.completed_wrong_length:
         problems.append("completed requests whose emitted tokens differ from their output length")
     if totals.unfinished_all_emitted:
-        problems.append("unfinished or rejected requests that emitted all their tokens")
+        problems.append("unfinished, rejected or lost requests that emitted all their tokens")
     if totals.rejected_emitted_unpreempted:
-        problems.append("rejected requests that emitted tokens without being preempted")
+        problems.append("rejected requests that emitted tokens without being preempted or retried")
     return problems
 
 
@@ -127,11 +131,13 @@ def check_run(
     memory: pa.Table | MemoryTotals | None = None,
     gaps: Mapping[str, dict[int, list[float]]] | None = None,
     measured: tuple[Mapping[str, dict[int, list[float]]], RequestTotals] | None = None,
+    lifecycle: Sequence[dict[str, Any]] | None = None,
 ) -> None:
     """Raise :class:`InvariantViolation` listing every broken invariant of a finished run.
 
     ``measured``: with a measurement window, the measured requests' gap bins and totals (their gaps
-    are conserved too).
+    are conserved too). ``lifecycle``: with faults, the rows of ``lifecycle.parquet`` (requests
+    conserved across failures).
     """
     if isinstance(requests, pa.Table):
         requests = RequestTotals.of(requests)
@@ -142,6 +148,8 @@ def check_run(
         problems += check_gaps(gaps, requests)
     if measured is not None:
         problems += check_gaps(*measured, "measured ")
+    if lifecycle is not None:
+        problems += check_lifecycle(lifecycle, requests)
     for index, replica in enumerate(replicas):
         if replica.kv_used_blocks != replica.kv_blocks_of_running:
             problems.append(

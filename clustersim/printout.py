@@ -40,7 +40,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(format_window(summary["window"]))
     lines += [
         f"{'measured requests' if 'window' in summary else 'requests'}: {counts['arrived']} arrived, "
-        f"{counts['completed']} completed, {counts['rejected']} rejected, {counts['unfinished']} unfinished",
+        f"{counts['completed']} completed, {counts['rejected']} rejected, {counts['unfinished']} unfinished"
+        + (f", {counts['lost']} lost" if counts.get("lost") else ""),
         f"{'metric':<10}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}",
     ]
     rows = (
@@ -64,6 +65,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
         f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
     )
+    if "faults" in summary:
+        faults = summary["faults"]
+        lines.append(
+            f"faults: {faults['num_failures']} failures held {faults['num_requests_held']} requests: "
+            f"{faults['num_requests_retried']} retried, {faults['num_requests_lost']} lost; "
+            f"{faults['num_restarts']} restarts; replicas up {_fmt(faults['availability_frac'], 100, 1)}% of the time; "
+            f"GPU-hours up {faults['gpu_hours']['up']:.2f}, starting {faults['gpu_hours']['starting']:.2f}, "
+            f"down {faults['gpu_hours']['down']:.2f}"
+        )
     if "slo" in summary:
         slo = summary["slo"]
         targets = ", ".join(f"{k} <= {v}" for k, v in slo["targets"].items())

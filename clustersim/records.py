@@ -40,13 +40,14 @@ class RequestRecord(NamedTuple):
     first_scheduled_at_s: Annotated[float | None, F64]
     first_token_at_s: Annotated[float | None, F64]
     finished_at_s: Annotated[float | None, F64]
-    status: Annotated[str, STR]  # completed | rejected | unfinished
+    status: Annotated[str, STR]  # completed | rejected | unfinished | lost (held by a failed replica)
     num_preemptions: Annotated[int, I32]
     num_emitted_tokens: Annotated[int, I64]
     reject_reason: Annotated[str, STR]
     session_id: Annotated[int, I64]  # -1: none
     num_cached_prompt_tokens: Annotated[int, I64]  # found in the prefix cache at first admission
     max_itl_s: Annotated[float | None, F64]  # its greatest gap between consecutive tokens; null before a second
+    num_retries: Annotated[int, I32]  # times a failed replica handed it on to another
 
     @classmethod
     def of(cls, request: Request) -> RequestRecord:
@@ -68,6 +69,7 @@ class RequestRecord(NamedTuple):
             request.session_id,
             request.num_cached_prompt_tokens,
             gap if (gap := request.max_itl_s) > -math.inf else None,  # max_itl_s
+            request.num_retries,
         )
 
 
@@ -119,6 +121,19 @@ class GapRecord(NamedTuple):
     max_s: Annotated[float, F64]
 
 
+class LifecycleRecord(NamedTuple):
+    """A replica's change of state (``lifecycle.parquet``, written when the scenario has ``faults``):
+    ``failed`` (with the requests it held, how many were routed again and how many lost),
+    ``starting`` (repaired: reading its weights and starting the engine) and ``up`` (routed to again)."""
+
+    replica: Annotated[int, I32]
+    at_s: Annotated[float, F64]
+    event: Annotated[str, STR]  # failed | starting | up
+    num_held: Annotated[int, I32]
+    num_retried: Annotated[int, I32]
+    num_lost: Annotated[int, I32]
+
+
 # the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet
 LEDGER_CATEGORIES = (
     "stored_bytes",
@@ -155,3 +170,4 @@ REQUEST_SCHEMA = schema_of(RequestRecord)
 STEP_SCHEMA = schema_of(StepRecord)
 MEMORY_SCHEMA = schema_of(MemoryRecord)
 GAP_SCHEMA = schema_of(GapRecord)
+LIFECYCLE_SCHEMA = schema_of(LifecycleRecord)

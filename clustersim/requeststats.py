@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from clustersim.logstats import BATCH_ROWS, batches_of
 from clustersim.records import MEASURED, RequestRecord
 
-STATUSES = ("completed", "rejected", "unfinished")
+STATUSES = ("completed", "rejected", "unfinished", "lost")
 # every column but the text no check or figure needs (read a batch at a time, the rest stays on disk)
 COLUMNS = tuple(name for name in RequestRecord._fields if name not in ("reject_reason", "session_id"))
 LATENCIES = ("ttft_s", "tpot_s", "max_itl_s", "e2e_s", "queue_s")
@@ -80,6 +80,8 @@ class RequestTotals:
         self.num_gaps = 0  # gaps between consecutive tokens of every request: emitted tokens - 1 each
         self.max_itl_s = -np.inf
         self.num_preemptions = 0
+        self.num_retries = 0  # hand-overs from failed replicas, over all requests
+        self.num_retried = 0  # requests handed over at least once
         self.admitted_prompt_tokens = 0
         self.cached_prompt_tokens = 0
         self.any_unfinished = False
@@ -129,10 +131,13 @@ class RequestTotals:
         self._check_ids(_ints(batch, "request_id"))
         self._check_times(batch, done)
         emitted, outputs = _ints(batch, "num_emitted_tokens"), _ints(batch, "output_tokens")
-        preemptions = _ints(batch, "num_preemptions")
+        preemptions, retries = _ints(batch, "num_preemptions"), _ints(batch, "num_retries")
         self.completed_wrong_length |= bool(np.any(done & (emitted != outputs)))
         self.unfinished_all_emitted |= bool(np.any(~done & (emitted >= outputs)))
-        self.rejected_emitted_unpreempted |= bool(np.any(status["rejected"] & (emitted != 0) & (preemptions == 0)))
+        interrupted = (preemptions != 0) | (retries != 0)  # recomputed after a preemption or a failure
+        self.rejected_emitted_unpreempted |= bool(np.any(status["rejected"] & (emitted != 0) & ~interrupted))
+        self.num_retries += int(retries.sum())
+        self.num_retried += int(np.count_nonzero(retries))
         self.emitted_tokens += int(emitted.sum())
         self.num_gaps += int(np.maximum(emitted - 1, 0).sum())
         greatest = pc.max(batch.column("max_itl_s")).as_py()

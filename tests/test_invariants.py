@@ -30,10 +30,10 @@ def test_a_clean_run_passes(logs):
 
 def test_duplicate_ids_and_unknown_status(logs):
     requests, _ = logs
-    broken = replace(replace(requests, "request_id", [0, 0, 1]), "status", ["completed", "lost", "completed"])
+    broken = replace(replace(requests, "request_id", [0, 0, 1]), "status", ["completed", "vanished", "completed"])
     problems = check_requests(broken)
     assert "request ids are not exactly 0..2 once each" in problems
-    assert "1 requests have a status other than completed/rejected/unfinished" in problems
+    assert "1 requests have a status other than completed/rejected/unfinished/lost" in problems
 
 
 def test_causality(logs):

@@ -138,7 +138,37 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "_closed_loop": draw(st.sampled_from([False, False, True])),
         "_window": draw(st.sampled_from([None, None, "count", "time", "both"])),
         "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
+        "_faults": draw(st.one_of(st.none(), st.none(), faults())),
     }
+
+
+@st.composite
+def faults(draw: st.DrawFn) -> dict[str, Any]:
+    """Replicas failing (replica indices taken modulo the cluster's size by :func:`with_faults`)."""
+    common = {
+        "on_failure": draw(st.sampled_from(["retry", "retry", "retry", "lose"])),
+        "max_retries": draw(st.sampled_from([0, 2, 3])),
+        "repair_s": draw(st.sampled_from([None, 0.0, 2.0, 10.0])),
+        "cold_start": {"storage_bandwidth_bytes_per_s": 1e10, "engine_init_s": draw(st.sampled_from([0.0, 1.5]))},
+    }
+    if draw(st.booleans()):
+        return {**common, "kind": "mtbf", "mtbf_gpu_hours": draw(st.sampled_from([0.002, 0.01]))}
+    times = draw(st.lists(st.floats(0, 30, allow_nan=False, allow_subnormal=False), min_size=1, max_size=3))
+    events = [{"at_s": at_s, "replica": draw(st.integers(0, 2))} for at_s in times]
+    return {**common, "kind": "scripted", "events": events}
+
+
+def with_faults(raw: dict[str, Any]) -> dict[str, Any]:
+    """Turn the drawn ``_faults`` into the scenario's ``faults`` (its replicas within the cluster)."""
+    raw = {**raw}
+    drawn = raw.pop("_faults", None)
+    if drawn is None:
+        return raw
+    cluster = raw["cluster"]
+    count = sum(g["count"] for g in cluster["groups"]) if "groups" in cluster else cluster["num_replicas"]
+    if drawn["kind"] == "scripted":
+        drawn = {**drawn, "events": [{**e, "replica": e["replica"] % count} for e in drawn["events"]]}
+    return {**raw, "faults": drawn}
 
 
 def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +232,7 @@ def assert_marked_by_the_window(rows: list[dict[str, Any]], window: dict[str, An
 
 
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
-    raw = with_window(with_prefix_caching(raw))
+    raw = with_faults(with_window(with_prefix_caching(raw)))
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 

@@ -38,7 +38,7 @@ def test_hand_computed_window(run_mapping, metrics: dict[str, Any]):
     assert (window["num_measured"], window["num_excluded"]) == (2, 2)
     assert (window["first_measured_arrival_s"], window["last_measured_arrival_s"], window["span_s"]) == (0.5, 1.5, 1.0)
     assert summary["makespan_s"] == 6.0  # the whole run's
-    assert summary["num_requests"] == {"arrived": 2, "completed": 2, "rejected": 0, "unfinished": 0}
+    assert summary["num_requests"] == {"arrived": 2, "completed": 2, "rejected": 0, "unfinished": 0, "lost": 0}
     assert summary["ttft_s"] == {"mean": 1.5, "p50": 1.5, "p90": 1.5, "p99": 1.5}
     assert summary["e2e_s"]["mean"] == 4.0 and summary["e2e_s"]["p50"] == 4.0
     # the gaps of r1 and r2 only: 2, 1 and 1, 1 (r0's 3 s gap is left out)

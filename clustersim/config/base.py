@@ -31,7 +31,7 @@ class StrictModel(BaseModel):
 def number_problem(value: Any, field_name: str = "") -> str | None:
     """What is wrong with a validated number for the arithmetic it enters (None: nothing): an
     integer beyond 2**31 - 1 (``*_bytes``: 2**53; a ``seed``: 2**63 - 1), a subnormal float, a
-    float beyond 1e100 (``*_s``: 1e9 s) in magnitude."""
+    float beyond 1e100 (``*_s``: 1e9 s, but not ``*_bytes_per_s``) in magnitude."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -40,7 +40,8 @@ def number_problem(value: Any, field_name: str = "") -> str | None:
     if isinstance(value, float):
         if value != 0 and abs(value) < sys.float_info.min:
             return f"{value:.3g} is too small to compute with (a subnormal float)"
-        limit_f = MAX_SECONDS if field_name.endswith("_s") else MAX_FLOAT
+        seconds = field_name.endswith("_s") and not field_name.endswith("_bytes_per_s")  # a bandwidth is no time
+        limit_f = MAX_SECONDS if seconds else MAX_FLOAT
         if abs(value) > limit_f:
             return f"{value:.3g} is too large (at most {limit_f:.0e})"
     return None

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from clustersim.config.base import SLO, StrictModel
+from clustersim.config.faults import Faults, ScriptedFaults
 from clustersim.config.window import Metrics
 from clustersim.config.workload import (
     Tenant,
@@ -359,6 +360,19 @@ class Scenario(StrictModel):
     slo: SLO | None = None
     metrics: Metrics = Metrics()
     simulation: Simulation = Simulation()
+    faults: Faults | None = None
+
+    @model_validator(mode="after")
+    def _fault_replicas(self) -> Scenario:
+        if isinstance(self.faults, ScriptedFaults):
+            count = self.cluster.total_replicas
+            for index, event in enumerate(self.faults.events):
+                if event.replica >= count:
+                    raise ValueError(
+                        f"faults.events[{index}].replica: {event.replica} is not a replica of this cluster "
+                        f"(replicas 0-{count - 1})"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _stops(self) -> Scenario:

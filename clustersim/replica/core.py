@@ -375,6 +375,20 @@ class Core:
                 self.end(step, done, step.end_of(done))
             first = step.first_index
             self.kv.grow_through(first + max(done, 1), first + started - 1)
+        return self._held()
+
+    def fail(self, now_s: float, ended: Passed) -> list[Request]:
+        """The replica fails at ``now_s``: log the steps of the run in flight that ended before, lose
+        the one in progress, and return every request held (the core is not used again)."""
+        step, self.in_flight = self.in_flight, None
+        if step is not None:
+            done = step.count_ended(now_s, ended)
+            if done:
+                self.end(step, done, step.end_of(done))
+        return self._held()
+
+    def _held(self) -> list[Request]:
+        """Every unfinished request, seated (their tokens so far counted) first, then swapped, waiting, deferred."""
         done_index = self.seats.decode_index - 1
         for seat in self.seats.seats.values():
             if seat.decoding:

@@ -113,6 +113,26 @@ class Replica:
         self._wakeup = self.clock.event()
         return self._wakeup
 
+    # ------------------------------------------------------------------ failure and restart
+    def fail(self, fresh: Core) -> list[Request]:
+        """The replica fails now: its process is dropped where it waits (nothing will resume it), the
+        steps that ended are accounted for and the one in progress is lost; ``fresh`` (an empty core)
+        stands in while it is down. Returns every request it held."""
+        process = self.process
+        target = process._target
+        if target is not None and target.callbacks is not None and process._resume in target.callbacks:
+            target.callbacks.remove(process._resume)
+        process._generator.close()
+        self._wakeup = None
+        held = self.core.fail(self.clock.now, self._ended)
+        self.core = fresh
+        return held
+
+    def restart(self, core: Core) -> None:
+        """The replica serves again from now, on ``core`` (empty queues, an empty KV cache)."""
+        self.core = core
+        self.process = self.clock.process(self._run())
+
     def stop(self) -> list[Request]:
         """Close the books when the clock stops; returns the requests still unfinished here."""
         return self.core.stop(self.clock.now, self._ended, self._planned)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-RequestStatus = Literal["completed", "rejected", "unfinished"]
+RequestStatus = Literal["completed", "rejected", "unfinished", "lost"]
 GapKey = tuple[str, bool]  # (tenant, measured): what a request's inter-token gaps are counted under
 
 
@@ -37,6 +37,7 @@ class Request:
         "num_cached_prompt_tokens",
         "num_emitted_tokens",
         "num_preemptions",
+        "num_retries",
         "output_tokens",
         "prefix_hash_ids",
         "prompt_tokens",
@@ -75,6 +76,7 @@ class Request:
         self.status: RequestStatus = "unfinished"
         self.reject_reason = ""
         self.num_preemptions = 0
+        self.num_retries = 0  # times a failed replica handed it on
         self.num_emitted_tokens = 0
         self.num_cached_prompt_tokens = 0  # prompt tokens its first admission found in the prefix cache
         self.last_token_at_s = math.nan  # kept while it is preempted (its next token's gap starts there)

@@ -178,11 +178,17 @@ class Traffic:
     completions: Completions
     prefix_block_tokens: int = 512  # tokens a conversation's block id stands for (the scenario's kv setting)
     conversation_ids: Iterator[int] = field(default_factory=itertools.count)
+    processes: list[simpy.Process] = field(default_factory=list)  # every arrival process and user started
+
+    def arrivals_over(self) -> bool:
+        """Whether every arrival process and user has ended (no request will arrive any more)."""
+        return not any(process.is_alive for process in self.processes)
 
 
 def _start_stream(traffic: Traffic, tenant: Tenant) -> None:
     arrivals = tenant_arrivals(tenant, traffic.seed, traffic.data.get(tenant.name))
-    traffic.env.process(arrival_process(traffic.env, tenant.name, arrivals, traffic.budget, traffic.dispatch))
+    process = arrival_process(traffic.env, tenant.name, arrivals, traffic.budget, traffic.dispatch)
+    traffic.processes.append(traffic.env.process(process))
 
 
 def _start_users(traffic: Traffic, tenant: Tenant) -> None:
@@ -204,17 +210,19 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
                 traffic.prefix_block_tokens,
                 traffic.conversation_ids,
             )
-        env.process(
-            closed_loop_user(
-                env,
-                tenant.name,
-                user,
-                start_s,
-                draws,
-                traffic.budget,
-                traffic.dispatch,
-                traffic.completions,
-                conversation,
+        traffic.processes.append(
+            env.process(
+                closed_loop_user(
+                    env,
+                    tenant.name,
+                    user,
+                    start_s,
+                    draws,
+                    traffic.budget,
+                    traffic.dispatch,
+                    traffic.completions,
+                    conversation,
+                )
             )
         )
 

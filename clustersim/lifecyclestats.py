@@ -1,0 +1,83 @@
+"""The summary's ``faults`` block and its invariants, from ``lifecycle.parquet`` (a scenario with faults).
+
+Each replica is up from time 0; a ``failed`` row takes it down, ``starting`` begins its cold start
+and ``up`` puts it back in the pool. Hours in each state are counted over the run's makespan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from clustersim.requeststats import RequestTotals
+
+SECONDS_PER_HOUR = 3600.0
+STATES = {"failed": "down", "starting": "starting", "up": "up"}
+
+
+def read_lifecycle(path: Path) -> list[dict[str, Any]]:
+    """The rows of ``lifecycle.parquet`` (a few per failure: read whole)."""
+    rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+    return rows
+
+
+def state_seconds(rows: Sequence[dict[str, Any]], num_replicas: int, until_s: float) -> list[dict[str, float]]:
+    """Per replica, the seconds it spent ``up``, ``starting`` and ``down`` in ``[0, until_s]``."""
+    spent = [dict.fromkeys(("up", "starting", "down"), 0.0) for _ in range(num_replicas)]
+    state = ["up"] * num_replicas
+    since = [0.0] * num_replicas
+    for row in rows:  # in time order
+        index, at_s = row["replica"], min(row["at_s"], until_s)
+        spent[index][state[index]] += max(0.0, at_s - since[index])
+        state[index], since[index] = STATES[row["event"]], max(since[index], at_s)
+    for index in range(num_replicas):
+        spent[index][state[index]] += max(0.0, until_s - since[index])
+    return spent
+
+
+def faults_summary(
+    rows: Sequence[dict[str, Any]], gpus_per_replica: Sequence[int], makespan_s: float, requests: RequestTotals
+) -> dict[str, Any]:
+    """The ``faults`` block: failures, what became of the requests the failed replicas held, and the
+    replica- and GPU-hours in each state over the makespan."""
+    failures = [row for row in rows if row["event"] == "failed"]
+    spent = state_seconds(rows, len(gpus_per_replica), makespan_s)
+    hours = {state: sum(s[state] for s in spent) / SECONDS_PER_HOUR for state in ("up", "starting", "down")}
+    gpu_hours = {
+        state: sum(s[state] * g for s, g in zip(spent, gpus_per_replica, strict=True)) / SECONDS_PER_HOUR
+        for state in ("up", "starting", "down")
+    }
+    total_h = len(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
+    return {
+        "num_failures": len(failures),
+        "num_restarts": sum(1 for row in rows if row["event"] == "up"),
+        "num_requests_held": sum(row["num_held"] for row in failures),
+        "num_retries": requests.num_retries,
+        "num_requests_retried": requests.num_retried,
+        "num_requests_lost": requests.counts["lost"],
+        "replica_hours": hours,
+        "gpu_hours": gpu_hours,
+        "availability_frac": hours["up"] / total_h if total_h > 0 else None,
+    }
+
+
+def check_lifecycle(rows: Sequence[dict[str, Any]], requests: RequestTotals) -> list[str]:
+    """Requests conserved across failures: each failure hands on or loses exactly what it held, the
+    hand-overs are the requests' retries, and the lost ones are the requests lost."""
+    problems = []
+    failures = [row for row in rows if row["event"] == "failed"]
+    if any(row["num_held"] != row["num_retried"] + row["num_lost"] for row in failures):
+        problems.append("a failure's held requests are not its retried plus its lost ones")
+    retried = sum(row["num_retried"] for row in failures)
+    if retried != requests.num_retries:
+        problems.append(f"failures handed on {retried} requests, the requests record {requests.num_retries} retries")
+    lost = sum(row["num_lost"] for row in failures)
+    if lost != requests.counts["lost"]:
+        problems.append(f"failures lost {lost} requests, {requests.counts['lost']} requests are lost")
+    times = [row["at_s"] for row in rows]
+    if times != sorted(times):
+        problems.append("lifecycle.parquet is not in time order")
+    return problems
