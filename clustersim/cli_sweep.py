@@ -89,13 +89,21 @@ def interrupted(out_dir: Path, printer: PointPrinter) -> None:
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="A Ray cluster to join (with --backend ray) [default: start Ray locally].")
 @click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
+@click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
 def sweep(
-    sweep_file: str, out_dir: Path | None, jobs: int | None, backend: str, address: str | None, quiet: bool
+    sweep_file: str,
+    out_dir: Path | None,
+    jobs: int | None,
+    backend: str,
+    address: str | None,
+    quiet: bool,
+    doc: str | None,
 ) -> None:
     """Run SWEEP_FILE (a YAML file, or a built-in sweep by name): every point, every seed.
 
     A rerun into the same --out computes only the points not finished there. Exit 1 when a point
-    failed (the others still ran), 130 when interrupted (what finished is kept).
+    failed (the others still ran), 130 when interrupted (what finished is kept). --doc writes the
+    table only when every point ran.
     """
     path = resolve_data_file(sweep_file, "sweeps")
     spec = load_sweep(path)  # bad input: the command's guard prints one line and exits 2
@@ -112,7 +120,10 @@ def sweep(
     except KeyboardInterrupt:
         interrupted(target, printer)
         return
-    finish(result, printer, stats_markdown(result.stats_table, result.axis_columns))
+    table = stats_markdown(result.stats_table, result.axis_columns)
+    if doc and not result.num_failed:
+        write_doc(doc, table)
+    finish(result, printer, table)
 
 
 @click.command(name="compare")

@@ -25,6 +25,9 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("variant", "variant", None),
     ("completed", "num_requests_completed", None),
     ("rejected", "num_requests_rejected", None),
+    ("lost", "num_requests_lost", None),
+    ("retried", "faults_num_requests_retried", None),
+    ("up %", "faults_availability_frac", 100.0),
     ("TTFT p50 ms", "ttft_p50_s", 1e3),
     ("TTFT p99 ms", "ttft_p99_s", 1e3),
     ("TPOT p50 ms", "tpot_p50_s", 1e3),
@@ -49,7 +52,7 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
 )
 # with a measurement window (the scenario's metrics): how many requests the row's figures are over
 WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
-DEFAULT_HIDDEN = ("GPUs", "$/h", "$/M out tok")  # shown when asked for by --columns
+DEFAULT_HIDDEN = ("lost", "retried", "up %", "GPUs", "$/h", "$/M out tok")  # shown when asked for by --columns
 
 
 def split_values(text: str) -> list[str]:

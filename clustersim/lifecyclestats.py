@@ -45,23 +45,22 @@ def faults_summary(
     replica- and GPU-hours in each state over the makespan."""
     failures = [row for row in rows if row["event"] == "failed"]
     spent = state_seconds(rows, len(gpus_per_replica), makespan_s)
-    hours = {state: sum(s[state] for s in spent) / SECONDS_PER_HOUR for state in ("up", "starting", "down")}
-    gpu_hours = {
-        state: sum(s[state] * g for s, g in zip(spent, gpus_per_replica, strict=True)) / SECONDS_PER_HOUR
-        for state in ("up", "starting", "down")
-    }
-    total_h = len(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
-    return {
+    block: dict[str, Any] = {
         "num_failures": len(failures),
         "num_restarts": sum(1 for row in rows if row["event"] == "up"),
         "num_requests_held": sum(row["num_held"] for row in failures),
         "num_retries": requests.num_retries,
         "num_requests_retried": requests.num_retried,
         "num_requests_lost": requests.counts["lost"],
-        "replica_hours": hours,
-        "gpu_hours": gpu_hours,
-        "availability_frac": hours["up"] / total_h if total_h > 0 else None,
     }
+    for state in ("up", "starting", "down"):  # flat, with the unit last (a sweep's columns)
+        block[f"{state}_replica_hours"] = sum(s[state] for s in spent) / SECONDS_PER_HOUR
+    for state in ("up", "starting", "down"):
+        gpu_s = sum(s[state] * g for s, g in zip(spent, gpus_per_replica, strict=True))
+        block[f"{state}_gpu_hours"] = gpu_s / SECONDS_PER_HOUR
+    total_h = len(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
+    block["availability_frac"] = block["up_replica_hours"] / total_h if total_h > 0 else None
+    return block
 
 
 def check_lifecycle(rows: Sequence[dict[str, Any]], requests: RequestTotals) -> list[str]:

@@ -68,11 +68,12 @@ def format_summary(summary: dict[str, Any]) -> str:
     if "faults" in summary:
         faults = summary["faults"]
         lines.append(
-            f"faults: {faults['num_failures']} failures held {faults['num_requests_held']} requests: "
+            f"faults: {_count(faults['num_failures'], 'failure')} held {faults['num_requests_held']} requests: "
             f"{faults['num_requests_retried']} retried, {faults['num_requests_lost']} lost; "
-            f"{faults['num_restarts']} restarts; replicas up {_fmt(faults['availability_frac'], 100, 1)}% of the time; "
-            f"GPU-hours up {faults['gpu_hours']['up']:.2f}, starting {faults['gpu_hours']['starting']:.2f}, "
-            f"down {faults['gpu_hours']['down']:.2f}"
+            f"{_count(faults['num_restarts'], 'restart')}; "
+            f"replicas up {_fmt(faults['availability_frac'], 100, 1)}% of the time; "
+            f"GPU-hours up {faults['up_gpu_hours']:.2f}, starting {faults['starting_gpu_hours']:.2f}, "
+            f"down {faults['down_gpu_hours']:.2f}"
         )
     if "slo" in summary:
         slo = summary["slo"]
@@ -95,3 +96,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             verdict = "met" if slo["percentile_met"] else "MISSED"
             lines.append(f"p{slo['percentile']:g} targets {verdict}: {shown}")
     return "\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    """``1 failure``, ``2 failures``."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

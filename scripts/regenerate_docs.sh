@@ -52,6 +52,15 @@ clustersim compare kv-paged --vary kv.allocator=paged,contiguous --vary workload
 clustersim compare kv-paged --vary kv.allocator=contiguous --set kv.reserve=max_model_len \
   --columns "$KV" --out "$out/kv-len" --doc docs/kv-memory.md#max-model-len
 
+# docs/faults.md: a failure retried or lost, and the replicas that keep the SLO when one fails
+clustersim compare replica-failure --vary faults.on_failure=retry,lose \
+  --columns "completed,lost,retried,up %,TTFT p99 ms,TPOT p99 ms,SLO met %" --out "$out/failure" \
+  --doc docs/faults.md#one-failure
+clustersim sweep scenarios/sweeps/failure-headroom.yaml --out "$out/headroom" --doc docs/faults.md#headroom
+clustersim run replica-failure --out "$out/replica-failure" --quiet
+clustersim report "$out/replica-failure" --out "$out/replica-failure-figures" \
+  && cp "$out/replica-failure-figures/faults.png" docs/figures/replica-failure.png
+
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
 clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published

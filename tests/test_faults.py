@@ -58,7 +58,7 @@ def test_a_retried_request_resumes_on_the_other_replica_after_its_prompt_and_tok
     ]
     faults = result.summary["faults"]
     assert (faults["num_failures"], faults["num_requests_retried"], faults["num_requests_lost"]) == (1, 1, 0)
-    assert faults["replica_hours"]["down"] == pytest.approx(3.5 / 3600)  # 2.5 s to the makespan, 6 s
+    assert faults["down_replica_hours"] == pytest.approx(3.5 / 3600)  # 2.5 s to the makespan, 6 s
     assert faults["availability_frac"] == pytest.approx(8.5 / 12)
 
 
@@ -109,7 +109,7 @@ def test_arrivals_while_every_replica_is_down_are_rejected_and_a_repaired_one_se
         (0, 0.5, "failed"), (1, 0.5, "failed"), (1, 2.5, "starting")
     ]  # fmt: skip
     assert (rows[3]["event"], rows[3]["at_s"]) == ("up", pytest.approx(4.0 + 16.06e9 / 1e15, rel=1e-3))
-    assert result.summary["faults"]["replica_hours"]["starting"] == pytest.approx(1.5 / 3600, rel=1e-3)
+    assert result.summary["faults"]["starting_replica_hours"] == pytest.approx(1.5 / 3600, rel=1e-3)
 
 
 def test_random_failures_follow_the_seed_and_the_gpu_rate(run_mapping: Run) -> None:

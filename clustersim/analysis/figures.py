@@ -6,6 +6,7 @@
 ``requests_gantt.png`` one bar per request (queue vs service); only for <= 60 requests
 ``throughput.png``     output tokens per second over time, cluster and per replica
 ``kv_memory.png``      the KV ledger over time: stored, cached, fragmented, reserved shares
+``faults.png``         replica states, throughput and TTFT around failures (runs with faults)
 =====================  ===================================================================
 """
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from clustersim.analysis.faultsfig import plot_faults
 from clustersim.analysis.gantt import MAX_GANTT_REQUESTS, plot_requests_gantt
 from clustersim.analysis.latency import plot_latency_cdf
 from clustersim.analysis.memory import plot_kv_memory
@@ -36,6 +38,8 @@ def figures_for(run: RunData) -> dict[str, PlotFunction]:
     }
     if run.memory is not None:
         plots["kv_memory.png"] = plot_kv_memory
+    if run.lifecycle is not None:
+        plots["faults.png"] = plot_faults
     if len(run.requests) <= MAX_GANTT_REQUESTS:
         plots["requests_gantt.png"] = plot_requests_gantt
     return plots

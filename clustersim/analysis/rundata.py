@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from clustersim.records import LEDGER_CATEGORIES, MemoryRecord, RequestRecord, StepRecord
+from clustersim.records import LEDGER_CATEGORIES, LifecycleRecord, MemoryRecord, RequestRecord, StepRecord
 
 
 def _columns(record: type[tuple[Any, ...]], *names: str) -> tuple[str, ...]:
@@ -59,6 +59,7 @@ STEP_COLUMNS = _columns(
     "num_waiting",
 )
 MEMORY_COLUMNS = _columns(MemoryRecord, "replica", "started_at_s", "duration_s", "capacity_bytes", *LEDGER_CATEGORIES)
+LIFECYCLE_COLUMNS = _columns(LifecycleRecord, "replica", "at_s", "event", "num_held", "num_retried", "num_lost")
 SCENARIO_METADATA_KEY = b"clustersim.scenario"
 
 
@@ -89,6 +90,8 @@ class RunData:
         scenario: The resolved scenario from the Parquet metadata (empty when absent).
         memory: The KV ledger (``memory.parquet``), or None for runs written before it existed.
         label: For a point of a sweep, its axis values and seed (from ``point.json``), else None.
+        lifecycle: The replicas' failures and restarts (``lifecycle.parquet``), or None for a run
+            without faults.
     """
 
     run_dir: Path
@@ -98,6 +101,7 @@ class RunData:
     scenario: dict[str, Any]
     memory: pd.DataFrame | None = None
     label: str | None = None  # a sweep point's axis values and seed (its point.json), else None
+    lifecycle: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -190,6 +194,9 @@ def load_run(run_dir: Path) -> RunData:
         if (run_dir / "memory.parquet").is_file()
         else None,
         label=_point_label(run_dir / "point.json"),
+        lifecycle=_read_table(run_dir / "lifecycle.parquet", LIFECYCLE_COLUMNS)[0]
+        if (run_dir / "lifecycle.parquet").is_file()
+        else None,
     )
 
 
