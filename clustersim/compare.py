@@ -28,6 +28,9 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("lost", "num_requests_lost", None),
     ("retried", "faults_num_requests_retried", None),
     ("up %", "faults_availability_frac", 100.0),
+    ("replicas", "autoscaler_mean_replicas_provisioned", 1.0),
+    ("GPU-h", "autoscaler_provisioned_gpu_hours", 1.0),
+    ("GPU-h saved %", "autoscaler_gpu_hours_saved_frac", 100.0),
     ("TTFT p50 ms", "ttft_p50_s", 1e3),
     ("TTFT p99 ms", "ttft_p99_s", 1e3),
     ("TPOT p50 ms", "tpot_p50_s", 1e3),
@@ -52,7 +55,8 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
 )
 # with a measurement window (the scenario's metrics): how many requests the row's figures are over
 WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
-DEFAULT_HIDDEN = ("lost", "retried", "up %", "GPUs", "$/h", "$/M out tok")  # shown when asked for by --columns
+# shown when asked for by --columns
+DEFAULT_HIDDEN = ("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %", "GPUs", "$/h", "$/M out tok")
 
 
 def split_values(text: str) -> list[str]:

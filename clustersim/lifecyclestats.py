@@ -1,7 +1,8 @@
-"""The summary's ``faults`` block and its invariants, from ``lifecycle.parquet`` (a scenario with faults).
+"""The summary's ``faults`` and ``autoscaler`` blocks and their invariants, from ``lifecycle.parquet``.
 
-Each replica is up from time 0; a ``failed`` row takes it down, ``starting`` begins its cold start
-and ``up`` puts it back in the pool. Hours in each state are counted over the run's makespan.
+Each replica is up from time 0; each row moves it: ``failed`` (down), ``starting`` (its cold start),
+``up``, ``draining``, ``stopped``. Hours in each state are counted over the run's makespan; GPUs are
+provisioned in every state but ``stopped``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import pyarrow.parquet as pq
 from clustersim.requeststats import RequestTotals
 
 SECONDS_PER_HOUR = 3600.0
-STATES = {"failed": "down", "starting": "starting", "up": "up"}
+STATES = {"failed": "down", "starting": "starting", "up": "up", "draining": "draining", "stopped": "stopped"}
+ALL_STATES = ("up", "starting", "draining", "stopped", "down")
 
 
 def read_lifecycle(path: Path) -> list[dict[str, Any]]:
@@ -25,8 +27,8 @@ def read_lifecycle(path: Path) -> list[dict[str, Any]]:
 
 
 def state_seconds(rows: Sequence[dict[str, Any]], num_replicas: int, until_s: float) -> list[dict[str, float]]:
-    """Per replica, the seconds it spent ``up``, ``starting`` and ``down`` in ``[0, until_s]``."""
-    spent = [dict.fromkeys(("up", "starting", "down"), 0.0) for _ in range(num_replicas)]
+    """Per replica, the seconds it spent in each state in ``[0, until_s]``."""
+    spent = [dict.fromkeys(ALL_STATES, 0.0) for _ in range(num_replicas)]
     state = ["up"] * num_replicas
     since = [0.0] * num_replicas
     for row in rows:  # in time order
@@ -61,6 +63,28 @@ def faults_summary(
     total_h = len(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
     block["availability_frac"] = block["up_replica_hours"] / total_h if total_h > 0 else None
     return block
+
+
+def autoscaler_summary(
+    rows: Sequence[dict[str, Any]], gpus_per_replica: Sequence[int], makespan_s: float
+) -> dict[str, Any]:
+    """The ``autoscaler`` block: its starts and drains, the replicas provisioned on average, and the
+    GPU-hours provisioned against a fixed pool of every replica for the whole makespan."""
+    spent = state_seconds(rows, len(gpus_per_replica), makespan_s)
+    provisioned_s = [makespan_s - s["stopped"] for s in spent]
+    gpu_hours = sum(p * g for p, g in zip(provisioned_s, gpus_per_replica, strict=True)) / SECONDS_PER_HOUR
+    fixed_gpu_hours = sum(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
+    ours = [row for row in rows if row["cause"] == "autoscaler" and row["at_s"] > 0]
+    return {
+        "num_starts": sum(1 for row in ours if row["event"] == "starting"),
+        "num_drains": sum(1 for row in ours if row["event"] == "draining"),
+        "num_stops": sum(1 for row in ours if row["event"] == "stopped"),
+        "mean_replicas_provisioned": sum(provisioned_s) / makespan_s if makespan_s > 0 else None,
+        "mean_replicas_up": sum(s["up"] for s in spent) / makespan_s if makespan_s > 0 else None,
+        "provisioned_gpu_hours": gpu_hours,
+        "fixed_pool_gpu_hours": fixed_gpu_hours,
+        "gpu_hours_saved_frac": 1.0 - gpu_hours / fixed_gpu_hours if fixed_gpu_hours > 0 else None,
+    }
 
 
 def check_lifecycle(rows: Sequence[dict[str, Any]], requests: RequestTotals) -> list[str]:

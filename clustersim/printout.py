@@ -75,6 +75,14 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"GPU-hours up {faults['up_gpu_hours']:.2f}, starting {faults['starting_gpu_hours']:.2f}, "
             f"down {faults['down_gpu_hours']:.2f}"
         )
+    if "autoscaler" in summary:
+        scaler = summary["autoscaler"]
+        lines.append(
+            f"autoscaler: {_count(scaler['num_starts'], 'start')}, {_count(scaler['num_stops'], 'stop')}; "
+            f"{_fmt(scaler['mean_replicas_provisioned'], digits=2)} replicas provisioned on average; "
+            f"{scaler['provisioned_gpu_hours']:.2f} GPU-hours against {scaler['fixed_pool_gpu_hours']:.2f} for the "
+            f"fixed pool ({_fmt(scaler['gpu_hours_saved_frac'], 100, 1)}% saved)"
+        )
     if "slo" in summary:
         slo = summary["slo"]
         targets = ", ".join(f"{k} <= {v}" for k, v in slo["targets"].items())

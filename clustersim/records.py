@@ -122,13 +122,16 @@ class GapRecord(NamedTuple):
 
 
 class LifecycleRecord(NamedTuple):
-    """A replica's change of state (``lifecycle.parquet``, written when the scenario has ``faults``):
-    ``failed`` (with the requests it held, how many were routed again and how many lost),
-    ``starting`` (repaired: reading its weights and starting the engine) and ``up`` (routed to again)."""
+    """A replica's change of state (``lifecycle.parquet``, written when the scenario has ``faults`` or
+    an ``autoscaler``): ``failed`` (with the requests it held, how many were routed again and how many
+    lost), ``starting`` (reading its weights and starting the engine), ``up`` (routed to),
+    ``draining`` (routed nothing new) and ``stopped`` (its GPUs released); ``cause``: ``fault`` (a
+    failure and the restart after its repair) or ``autoscaler``."""
 
     replica: Annotated[int, I32]
     at_s: Annotated[float, F64]
-    event: Annotated[str, STR]  # failed | starting | up
+    event: Annotated[str, STR]  # failed | starting | up | draining | stopped
+    cause: Annotated[str, STR]  # fault | autoscaler
     num_held: Annotated[int, I32]
     num_retried: Annotated[int, I32]
     num_lost: Annotated[int, I32]

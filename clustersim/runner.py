@@ -28,7 +28,7 @@ from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import Scenario
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
-from clustersim.lifecyclestats import faults_summary, read_lifecycle
+from clustersim.lifecyclestats import autoscaler_summary, faults_summary, read_lifecycle
 from clustersim.logstats import MemoryTotals, StepTotals, gap_bins_of
 from clustersim.metrics import Measured, kv_summary, summarize
 from clustersim.outdir import claimed_folder, new_default_folder
@@ -119,7 +119,8 @@ def _run_into(
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
         measured_logs = (measured.gaps, measured.requests) if measured is not None else None
-        lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if plan.scenario.faults is not None else None
+        moving = plan.scenario.faults is not None or plan.scenario.autoscaler is not None
+        lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if moving else None
         check_run(requests, steps, plan.scenario, ends, memory, gaps, measured_logs, lifecycle)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
@@ -128,7 +129,10 @@ def _run_into(
     summary = summarize_run(plan, requests, steps, memory, gaps, measured)
     if lifecycle is not None:
         gpus = [group.tensor_parallel * group.pipeline_parallel for group in plan.replica_groups()]
-        summary["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
+        if plan.scenario.faults is not None:
+            summary["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
+        if plan.scenario.autoscaler is not None:
+            summary["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()

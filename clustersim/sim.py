@@ -11,9 +11,11 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from clustersim.autoscale import AutoscalerProcess
 from clustersim.clock import HORIZON_PRIORITY, Clock
 from clustersim.eventlog import RunLog
-from clustersim.faults import FaultInjector, Pool, ReplicaRestart, cold_start_s
+from clustersim.faults import FaultInjector
+from clustersim.lifecycle import Lifecycle, Slot
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.core import Core
 from clustersim.replica.queues import make_queue
@@ -68,32 +70,32 @@ def build_replicas(plan: RunPlan, clock: Clock, log: RunLog, on_final: Callable[
     return [Replica(clock, make(index)) for index in range(len(plan.replica_groups()))]
 
 
-def start_faults(
+def start_lifecycle(
     plan: RunPlan,
     clock: Clock,
     log: RunLog,
-    pool: Pool,
-    dispatch: Callable[[Request], None],
+    replicas: list[Replica],
     on_final: Callable[[Request], None],
     traffic: Traffic,
-) -> FaultInjector:
-    """Start the scenario's failures over ``pool`` (its ``faults`` section is set)."""
-    faults = plan.scenario.faults
-    assert faults is not None
+) -> Lifecycle:
+    """The pool's lifecycle, with the scenario's failures and autoscaler started over it."""
+    scenario = plan.scenario
     make = core_maker(plan, log, on_final)
-    restarts = [
-        ReplicaRestart(
-            functools.partial(make, index),
-            cold_start_s(group.model.weight_bytes(), faults.cold_start),
-            group.tensor_parallel * group.pipeline_parallel,
-        )
-        for index, group in enumerate(plan.replica_groups())
+    groups = plan.replica_groups()
+    slots = [
+        Slot(functools.partial(make, i), g.model.weight_bytes(), g.tensor_parallel * g.pipeline_parallel)
+        for i, g in enumerate(groups)
     ]
 
     def run_over() -> bool:
-        return traffic.arrivals_over() and not any(r.num_outstanding for r in pool.replicas)
+        return traffic.arrivals_over() and not any(r.num_outstanding for r in replicas)
 
-    return FaultInjector(clock, faults, plan.scenario.seed, pool, restarts, dispatch, on_final, run_over)
+    lifecycle = Lifecycle(clock, replicas, slots, on_final, run_over)
+    if scenario.autoscaler is not None:
+        AutoscalerProcess(lifecycle, scenario.autoscaler)
+    if scenario.faults is not None:
+        FaultInjector(lifecycle, scenario.faults, scenario.seed)
+    return lifecycle
 
 
 def simulate(
@@ -111,34 +113,42 @@ def simulate(
     """
     scenario = plan.scenario
     completions = Completions(clock)
+    lifecycle: Lifecycle | None = None
 
     def on_final(request: Request) -> None:
         log.record_request(request)
         completions.notify(request)  # closed-loop users wait for their request to end
+        if lifecycle is not None:
+            lifecycle.request_ended(request)  # a draining replica may be empty now
 
     replicas = build_replicas(plan, clock, log, on_final)
     router = ROUTERS.get(scenario.router.kind)(scenario.router, scenario.seed)
-    pool = Pool(replicas)
 
     def dispatch(request: Request) -> None:
         replicas[router.choose(request, replicas)].enqueue(request)
 
-    def dispatch_up(request: Request) -> None:  # with faults: among the replicas up now
-        up = pool.up
+    def dispatch_up(request: Request) -> None:  # with a lifecycle: among the replicas up now
+        assert lifecycle is not None
+        up = lifecycle.up
         if up:
             up[router.choose(request, up)].enqueue(request)
         else:
-            request.status, request.reject_reason = "rejected", "no replica was up (every one had failed)"
+            request.status, request.reject_reason = "rejected", "no replica was up"
             on_final(request)
 
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
     if window is not None:
         budget.marks = WindowMarks(window)
-    send = dispatch if scenario.faults is None else dispatch_up
-    traffic = Traffic(clock, scenario.seed, workload_data, budget, send, completions, scenario.kv.prefix_block_tokens)
+    moving = scenario.faults is not None or scenario.autoscaler is not None
+    traffic = Traffic(
+        clock, scenario.seed, workload_data, budget, dispatch_up if moving else dispatch, completions,
+        scenario.kv.prefix_block_tokens,
+    )  # fmt: skip
     start_workload(traffic, scenario.workload.tenants)
-    if scenario.faults is not None:
-        log.lifecycle = start_faults(plan, clock, log, pool, dispatch_up, on_final, traffic).rows
+    if moving:
+        lifecycle = start_lifecycle(plan, clock, log, replicas, on_final, traffic)
+        lifecycle.dispatch = dispatch_up
+        log.lifecycle = lifecycle.rows
     with _few_collections():
         if scenario.stop.horizon_s is not None:
             clock.run(until=clock.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then

@@ -59,7 +59,7 @@ clustersim compare replica-failure --vary faults.on_failure=retry,lose \
 clustersim sweep scenarios/sweeps/failure-headroom.yaml --out "$out/headroom" --doc docs/faults.md#headroom
 clustersim run replica-failure --out "$out/replica-failure" --quiet
 clustersim report "$out/replica-failure" --out "$out/replica-failure-figures" \
-  && cp "$out/replica-failure-figures/faults.png" docs/figures/replica-failure.png
+  && cp "$out/replica-failure-figures/lifecycle.png" docs/figures/replica-failure.png
 
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels

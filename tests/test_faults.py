@@ -16,7 +16,7 @@ from conftest import explicit_scenario, read_requests
 
 from clustersim.config.faults import ColdStart
 from clustersim.errors import ConfigError
-from clustersim.faults import cold_start_s
+from clustersim.lifecycle import cold_start_s
 from clustersim.lifecyclestats import check_lifecycle, state_seconds
 from clustersim.requeststats import RequestTotals
 from clustersim.runner import RunResult
@@ -54,7 +54,7 @@ def test_a_retried_request_resumes_on_the_other_replica_after_its_prompt_and_tok
     ]  # fmt: skip
     assert max(s["started_at_s"] for s in steps if s["replica"] == 0) == 1.0  # the step [2, 3] was lost
     assert lifecycle(result) == [
-        {"replica": 0, "at_s": 2.5, "event": "failed", "num_held": 1, "num_retried": 1, "num_lost": 0}
+        {"replica": 0, "at_s": 2.5, "event": "failed", "cause": "fault", "num_held": 1, "num_retried": 1, "num_lost": 0}
     ]
     faults = result.summary["faults"]
     assert (faults["num_failures"], faults["num_requests_retried"], faults["num_requests_lost"]) == (1, 1, 0)
@@ -100,7 +100,7 @@ def test_arrivals_while_every_replica_is_down_are_rejected_and_a_repaired_one_se
     requests = [(1.0, 10, 2), (5.0, 10, 2), (5.0, 10, 2)]
     result = run_mapping(two_replicas({"events": events, "on_failure": "lose", "cold_start": cold}, requests))
     rows = read_requests(result)
-    assert (rows[0]["status"], rows[0]["reject_reason"]) == ("rejected", "no replica was up (every one had failed)")
+    assert (rows[0]["status"], rows[0]["reject_reason"]) == ("rejected", "no replica was up")
     # replica 1: repaired at 2.5, up just after 4.0 (1.5 s of engine start-up, 16 GB of weights at
     # 1 PB/s): both later arrivals go there
     assert [(r["status"], r["replica"]) for r in rows[1:]] == [("completed", 1), ("completed", 1)]
@@ -151,6 +151,6 @@ def test_state_seconds_splits_each_replica_over_its_states() -> None:
         {"replica": 0, "at_s": 4.0, "event": "up"},
     ]
     assert state_seconds(rows, 2, 10.0) == [
-        {"up": 7.0, "starting": 1.0, "down": 2.0},
-        {"up": 10.0, "starting": 0.0, "down": 0.0},
+        {"up": 7.0, "starting": 1.0, "draining": 0.0, "stopped": 0.0, "down": 2.0},
+        {"up": 10.0, "starting": 0.0, "draining": 0.0, "stopped": 0.0, "down": 0.0},
     ]

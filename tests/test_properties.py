@@ -139,7 +139,22 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "_window": draw(st.sampled_from([None, None, "count", "time", "both"])),
         "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
         "_faults": draw(st.one_of(st.none(), st.none(), faults())),
+        "_autoscaler": draw(st.one_of(st.none(), st.none(), autoscalers())),
     }
+
+
+@st.composite
+def autoscalers(draw: st.DrawFn) -> dict[str, Any]:
+    """An autoscaler over the whole cluster (one replica started at first)."""
+    common = {
+        "interval_s": draw(st.sampled_from([0.5, 1.0, 3.0])),
+        "scale_down_window_s": draw(st.sampled_from([0.0, 2.0, 10.0])),
+        "cold_start": {"storage_bandwidth_bytes_per_s": 1e10, "engine_init_s": draw(st.sampled_from([0.0, 1.5]))},
+        "_all_up": draw(st.booleans()),  # start with every replica up (then scale down), else one
+    }
+    if draw(st.booleans()):
+        return {**common, "kind": "queue_length", "target_outstanding_per_replica": draw(st.sampled_from([0.5, 2.0]))}
+    return {**common, "kind": "kv_use", "target_kv_used_frac": draw(st.sampled_from([0.1, 0.5]))}
 
 
 @st.composite
@@ -159,13 +174,18 @@ def faults(draw: st.DrawFn) -> dict[str, Any]:
 
 
 def with_faults(raw: dict[str, Any]) -> dict[str, Any]:
-    """Turn the drawn ``_faults`` into the scenario's ``faults`` (its replicas within the cluster)."""
+    """Turn the drawn ``_faults`` into the scenario's ``faults`` (its replicas within the cluster), and
+    ``_autoscaler`` into its ``autoscaler``."""
     raw = {**raw}
     drawn = raw.pop("_faults", None)
-    if drawn is None:
-        return raw
+    scaler = raw.pop("_autoscaler", None)
     cluster = raw["cluster"]
     count = sum(g["count"] for g in cluster["groups"]) if "groups" in cluster else cluster["num_replicas"]
+    if scaler is not None:
+        scaler = {**scaler}
+        raw["autoscaler"] = {**scaler, "initial_replicas": count} if scaler.pop("_all_up") else scaler
+    if drawn is None:
+        return raw
     if drawn["kind"] == "scripted":
         drawn = {**drawn, "events": [{**e, "replica": e["replica"] % count} for e in drawn["events"]]}
     return {**raw, "faults": drawn}

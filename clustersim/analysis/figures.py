@@ -6,7 +6,7 @@
 ``requests_gantt.png`` one bar per request (queue vs service); only for <= 60 requests
 ``throughput.png``     output tokens per second over time, cluster and per replica
 ``kv_memory.png``      the KV ledger over time: stored, cached, fragmented, reserved shares
-``faults.png``         replica states, throughput and TTFT around failures (runs with faults)
+``lifecycle.png``      replica states, throughput and TTFT around failures and scaling
 =====================  ===================================================================
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from clustersim.analysis.faultsfig import plot_faults
 from clustersim.analysis.gantt import MAX_GANTT_REQUESTS, plot_requests_gantt
 from clustersim.analysis.latency import plot_latency_cdf
+from clustersim.analysis.lifecyclefig import plot_lifecycle
 from clustersim.analysis.memory import plot_kv_memory
 from clustersim.analysis.rundata import RunData, load_run
 from clustersim.analysis.style import save, theme
@@ -39,7 +39,7 @@ def figures_for(run: RunData) -> dict[str, PlotFunction]:
     if run.memory is not None:
         plots["kv_memory.png"] = plot_kv_memory
     if run.lifecycle is not None:
-        plots["faults.png"] = plot_faults
+        plots["lifecycle.png"] = plot_lifecycle
     if len(run.requests) <= MAX_GANTT_REQUESTS:
         plots["requests_gantt.png"] = plot_requests_gantt
     return plots

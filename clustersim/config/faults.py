@@ -1,4 +1,5 @@
-"""The ``faults`` section of a scenario: replicas that fail, are repaired and start again.
+"""The ``faults`` and ``autoscaler`` sections of a scenario: replicas that fail, are repaired and
+start again; replicas started and stopped by load.
 
 A failed replica loses everything it held: the step in progress, its KV cache, its queue. Each
 request it held is retried on a replica that is up (``on_failure: retry``; the prompt and the
@@ -72,3 +73,41 @@ class MtbfFaults(_FaultsBase):
 
 
 Faults = Annotated[ScriptedFaults | MtbfFaults, Field(discriminator="kind")]
+
+
+class _AutoscalerBase(StrictModel):
+    """Start and stop replicas of the cluster's pool (``cluster.num_replicas`` is its most) by load.
+
+    Every ``interval_s`` the policy recommends a replica count; as Kubernetes' Horizontal Pod
+    Autoscaler does, a count within ``tolerance_frac`` of the current one changes nothing, and the
+    count applied is the lowest recommendation of the last ``scale_up_window_s`` when scaling up and
+    the highest of the last ``scale_down_window_s`` when scaling down (HPA's stabilization windows;
+    defaults: a 15 s sync period, 10% tolerance, 0 s up and 300 s down, per the Kubernetes HPA
+    documentation). A started replica is routed to after its cold start; a stopped one first drains
+    (routed nothing new, it finishes what it holds).
+    """
+
+    min_replicas: int = Field(default=1, ge=1)
+    initial_replicas: int | None = Field(default=None, ge=1)  # None: min_replicas
+    interval_s: PositiveFloat = 15.0
+    tolerance_frac: NonNegativeFloat = 0.1
+    scale_up_window_s: NonNegativeFloat = 0.0
+    scale_down_window_s: NonNegativeFloat = 300.0
+    cold_start: ColdStart = ColdStart()
+
+
+class QueueLengthAutoscaler(_AutoscalerBase):
+    """Requests outstanding (queued or running) per replica up: Knative's concurrency target."""
+
+    kind: Literal["queue_length"]
+    target_outstanding_per_replica: PositiveFloat
+
+
+class KVUseAutoscaler(_AutoscalerBase):
+    """The mean fraction of KV blocks in use on the replicas up."""
+
+    kind: Literal["kv_use"]
+    target_kv_used_frac: float = Field(gt=0.0, le=1.0)
+
+
+Autoscaler = Annotated[QueueLengthAutoscaler | KVUseAutoscaler, Field(discriminator="kind")]

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from clustersim.config.base import SLO, StrictModel
-from clustersim.config.faults import Faults, ScriptedFaults
+from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
 from clustersim.config.window import Metrics
 from clustersim.config.workload import (
     Tenant,
@@ -361,6 +361,24 @@ class Scenario(StrictModel):
     metrics: Metrics = Metrics()
     simulation: Simulation = Simulation()
     faults: Faults | None = None
+    autoscaler: Autoscaler | None = None
+
+    @model_validator(mode="after")
+    def _autoscaler_bounds(self) -> Scenario:
+        scaler, count = self.autoscaler, self.cluster.total_replicas
+        if scaler is not None:
+            if scaler.min_replicas > count:
+                raise ValueError(
+                    f"autoscaler.min_replicas: {scaler.min_replicas} is more than the pool's {count} replicas "
+                    "(cluster.num_replicas is the most the autoscaler may start)"
+                )
+            initial = scaler.initial_replicas
+            if initial is not None and not scaler.min_replicas <= initial <= count:
+                raise ValueError(
+                    f"autoscaler.initial_replicas: {initial} is outside min_replicas..num_replicas "
+                    f"({scaler.min_replicas}..{count})"
+                )
+        return self
 
     @model_validator(mode="after")
     def _fault_replicas(self) -> Scenario:

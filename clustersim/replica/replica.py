@@ -114,10 +114,11 @@ class Replica:
         return self._wakeup
 
     # ------------------------------------------------------------------ failure and restart
-    def fail(self, fresh: Core) -> list[Request]:
-        """The replica fails now: its process is dropped where it waits (nothing will resume it), the
-        steps that ended are accounted for and the one in progress is lost; ``fresh`` (an empty core)
-        stands in while it is down. Returns every request it held."""
+    def halt(self, fresh: Core) -> list[Request]:
+        """The replica stops now (it failed, or was stopped empty): its process is dropped where it
+        waits (nothing will resume it), the steps that ended are accounted for and the one in
+        progress is lost; ``fresh`` (an empty core) stands in while it is not serving. Returns every
+        request it held."""
         process = self.process
         target = process._target
         if target is not None and target.callbacks is not None and process._resume in target.callbacks:

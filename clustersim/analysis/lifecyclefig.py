@@ -1,8 +1,9 @@
-"""``faults.png``: what failures did to a run (only for runs with ``lifecycle.parquet``).
+"""``lifecycle.png``: what failures and the autoscaler did to a run (runs with ``lifecycle.parquet``).
 
-Three panels over simulated time: each replica's state (up, starting cold, down) with each failure's
-held requests; the cluster's output tokens per second; and the TTFT of each completed request at its
-arrival, retried ones apart, with the lost and rejected requests marked at their arrival.
+Three panels over simulated time: each replica's state (up, starting cold, draining, stopped, down)
+with each failure's held requests; the cluster's output tokens per second; and the TTFT of each
+completed request at its arrival, retried ones apart, with the lost and rejected requests marked at
+their arrival.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from clustersim.analysis.style import new_figure, seconds_label
 from clustersim.analysis.throughput import NUM_BINS, tokens_per_s
 from clustersim.analysis.timebins import bin_edges
 
-STATE_COLORS = {"up": "#4c9f70", "starting": "#e9a23b", "down": "#c8453b"}
-STATE_OF_EVENT = {"failed": "down", "starting": "starting", "up": "up"}
+STATE_COLORS = {"up": "#4c9f70", "starting": "#e9a23b", "draining": "#7fb3d5", "stopped": "#dddddd", "down": "#c8453b"}
+STATE_OF_EVENT = {"failed": "down", "starting": "starting", "up": "up", "draining": "draining", "stopped": "stopped"}
 MAX_POINTS = 20_000  # TTFT dots drawn (an even subsample beyond)
 MAX_LABELLED_FAILURES = 12
 
@@ -39,17 +40,13 @@ def state_spans(lifecycle: pd.DataFrame, replicas: list[int], end_s: float) -> l
     return spans
 
 
-def plot_faults(run: RunData, num_bins: int = NUM_BINS) -> Figure:
-    """The faults figure of ``run`` (which has a lifecycle log)."""
+def plot_lifecycle(run: RunData, num_bins: int = NUM_BINS) -> Figure:
+    """The lifecycle figure of ``run`` (which has a lifecycle log)."""
     lifecycle = run.lifecycle if run.lifecycle is not None else pd.DataFrame(columns=["replica", "at_s", "event"])
     figure = new_figure(12.0, 8.5)
     states, rate, ttft = figure.subplots(3, 1, sharex=True, height_ratios=[1.1, 1.0, 1.4])
     end_s = run.makespan_s if run.makespan_s > 0 else 1.0
-    faults = run.summary.get("faults", {})
-    figure.suptitle(
-        f"{run.title}:\nfailures and restarts ({faults.get('num_failures', 0)} failed, "
-        f"{faults.get('num_requests_retried', 0)} requests retried, {faults.get('num_requests_lost', 0)} lost)"
-    )
+    figure.suptitle(f"{run.title}:\nreplica lifecycle ({_caption(run.summary)})")
     _draw_states(states, lifecycle, run.replicas, end_s)
     edges_s = bin_edges(end_s, num_bins)
     rate.stairs(tokens_per_s(run, edges_s), edges_s, color="0.15", lw=1.5)
@@ -65,7 +62,8 @@ def plot_faults(run: RunData, num_bins: int = NUM_BINS) -> Figure:
 
 
 def _draw_states(ax: Axes, lifecycle: pd.DataFrame, replicas: list[int], end_s: float) -> None:
-    for replica, state, start_s, length_s in state_spans(lifecycle, replicas, end_s):
+    spans = state_spans(lifecycle, replicas, end_s)
+    for replica, state, start_s, length_s in spans:
         ax.broken_barh([(start_s, length_s)], (replica - 0.4, 0.8), color=STATE_COLORS[state], lw=0)
     failures = lifecycle[lifecycle["event"] == "failed"]
     if len(failures) <= MAX_LABELLED_FAILURES:
@@ -80,8 +78,9 @@ def _draw_states(ax: Axes, lifecycle: pd.DataFrame, replicas: list[int], end_s: 
     ax.invert_yaxis()
     ax.set_ylabel("replica")
     ax.grid(False, axis="y")
-    handles = [ax.bar(0, 0, color=color, label=state) for state, color in STATE_COLORS.items()]
-    ax.legend(handles=handles, loc="upper right", fontsize="small", ncols=3)
+    shown = [state for state in STATE_COLORS if any(span[1] == state for span in spans)]
+    handles = [ax.bar(0, 0, color=STATE_COLORS[state], label=state) for state in shown]
+    ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="small", ncols=len(shown))
 
 
 def _draw_ttft(ax: Axes, run: RunData) -> None:
@@ -92,7 +91,9 @@ def _draw_ttft(ax: Axes, run: RunData) -> None:
     retried = done["num_retries"] > 0 if "num_retries" in done else pd.Series(False, index=done.index)
     ttft_ms = (done["first_token_at_s"] - done["arrival_at_s"]) * 1e3
     ax.scatter(done["arrival_at_s"][~retried], ttft_ms[~retried], s=3, color="0.55", lw=0, label="completed")
-    ax.scatter(done["arrival_at_s"][retried], ttft_ms[retried], s=9, color="#e9a23b", lw=0, label="completed, retried")
+    if retried.any():
+        retried_at_s = done["arrival_at_s"][retried]
+        ax.scatter(retried_at_s, ttft_ms[retried], s=9, color="#e9a23b", lw=0, label="completed, retried")
     top = float(ttft_ms.max()) if len(ttft_ms) else 1.0
     for status, marker, color in (("lost", "x", STATE_COLORS["down"]), ("rejected", "|", "0.2")):
         arrivals = requests.loc[requests["status"] == status, "arrival_at_s"]
@@ -102,3 +103,21 @@ def _draw_ttft(ax: Axes, run: RunData) -> None:
     ax.set_ylim(bottom=0)
     ax.set_ylabel("TTFT (ms) at arrival")
     ax.legend(loc="upper left", fontsize="small", markerscale=2)
+
+
+def _caption(summary: dict[str, object]) -> str:
+    """What moved: failures and their requests, the autoscaler's starts and stops."""
+    parts = []
+    faults = summary.get("faults")
+    if isinstance(faults, dict):
+        parts.append(
+            f"{faults['num_failures']} failed, {faults['num_requests_retried']} requests retried, "
+            f"{faults['num_requests_lost']} lost"
+        )
+    scaler = summary.get("autoscaler")
+    if isinstance(scaler, dict):
+        parts.append(
+            f"autoscaler: {scaler['num_starts']} starts, {scaler['num_stops']} stops, "
+            f"{scaler['mean_replicas_provisioned']:.2f} replicas on average"
+        )
+    return "; ".join(parts) or "no moves"
