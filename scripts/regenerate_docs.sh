@@ -52,14 +52,22 @@ clustersim compare kv-paged --vary kv.allocator=paged,contiguous --vary workload
 clustersim compare kv-paged --vary kv.allocator=contiguous --set kv.reserve=max_model_len \
   --columns "$KV" --out "$out/kv-len" --doc docs/kv-memory.md#max-model-len
 
-# docs/faults.md: a failure retried or lost, and the replicas that keep the SLO when one fails
+# docs/lifecycle.md: a failure retried or lost, and the replicas that keep the SLO when one fails
 clustersim compare replica-failure --vary faults.on_failure=retry,lose \
   --columns "completed,lost,retried,up %,TTFT p99 ms,TPOT p99 ms,SLO met %" --out "$out/failure" \
-  --doc docs/faults.md#one-failure
-clustersim sweep scenarios/sweeps/failure-headroom.yaml --out "$out/headroom" --doc docs/faults.md#headroom
+  --doc docs/lifecycle.md#one-failure
+clustersim sweep scenarios/sweeps/failure-headroom.yaml --out "$out/headroom" --doc docs/lifecycle.md#headroom
 clustersim run replica-failure --out "$out/replica-failure" --quiet
 clustersim report "$out/replica-failure" --out "$out/replica-failure-figures" \
   && cp "$out/replica-failure-figures/lifecycle.png" docs/figures/replica-failure.png
+clustersim compare autoscaled-diurnal --set autoscaler=null --vary cluster.num_replicas=2,3,4 \
+  --columns "TTFT p99 ms,TPOT p99 ms,ITL p99 ms,SLO met %" --out "$out/fixed-pools" --doc docs/lifecycle.md#fixed-pools
+clustersim compare autoscaled-diurnal --vary autoscaler.target_outstanding_per_replica=20,40,80 \
+  --columns "replicas,GPU-h,GPU-h saved %,TTFT p99 ms,TPOT p99 ms,ITL p99 ms,SLO met %" --out "$out/autoscaled" \
+  --doc docs/lifecycle.md#autoscaled
+clustersim run autoscaled-diurnal --out "$out/autoscaled-diurnal" --quiet
+clustersim report "$out/autoscaled-diurnal" --out "$out/autoscaled-diurnal-figures" \
+  && cp "$out/autoscaled-diurnal-figures/lifecycle.png" docs/figures/autoscaled-diurnal.png
 
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels

@@ -25,7 +25,7 @@ class ColdStart(StrictModel):
     """How long a replica takes from power-on to serving: its weights read at
     ``storage_bandwidth_bytes_per_s`` plus ``engine_init_s``.
 
-    Defaults (sources in docs/faults.md): 3.6 GB/s, what Safetensors reached loading
+    Defaults (sources in docs/lifecycle.md): 3.6 GB/s, what Safetensors reached loading
     Llama-3.1-8B-Instruct (16 GB in 4.437 s, mean of 30 loads) on an 8 x H100-SXM server in
     ServerlessLLM's published benchmark (``benchmarks/results/h100_2025``; its own loader took
     0.678 s); 35 s of engine start-up, vLLM V1's logged "init engine ... took 34.11 seconds" with
