@@ -69,7 +69,7 @@ class MtbfFaults(_FaultsBase):
     """
 
     kind: Literal["mtbf"]
-    mtbf_gpu_hours: PositiveFloat = 50_000.0
+    mtbf_gpu_hours: float = Field(default=50_000.0, ge=0.001)  # at least 3.6 s: a failure storm never ends
 
 
 Faults = Annotated[ScriptedFaults | MtbfFaults, Field(discriminator="kind")]
@@ -89,7 +89,7 @@ class _AutoscalerBase(StrictModel):
 
     min_replicas: int = Field(default=1, ge=1)
     initial_replicas: int | None = Field(default=None, ge=1)  # None: min_replicas
-    interval_s: PositiveFloat = 15.0
+    interval_s: float = Field(default=15.0, ge=0.1)  # a tick costs an event: not finer than 0.1 s
     tolerance_frac: NonNegativeFloat = 0.1
     scale_up_window_s: NonNegativeFloat = 0.0
     scale_down_window_s: NonNegativeFloat = 300.0

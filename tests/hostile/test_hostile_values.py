@@ -35,3 +35,35 @@ def test_hostile_value_is_answered_in_one_line(hostile_dir: Path, field: str, va
         assert (hostile_dir / "out" / "summary.json").is_file() and not (hostile_dir / "out" / "INCOMPLETE").exists()
     else:
         assert not (hostile_dir / "out").exists()  # nothing is written for a scenario that cannot run
+
+
+# the lifecycle's fields, over a scenario whose replica 0 fails and which an autoscaler scales
+LIFECYCLE_BASE = (
+    "cluster.num_replicas=2",
+    "faults={kind: scripted, events: [{at_s: 0.05, replica: 0}], repair_s: 0.1, cold_start: {engine_init_s: 0.1}}",
+    "autoscaler={kind: queue_length, target_outstanding_per_replica: 2, interval_s: 0.1, initial_replicas: 2}",
+)
+LIFECYCLE_FIELDS = (
+    "faults.repair_s",
+    "faults.events.0.at_s",
+    "faults.events.0.replica",
+    "faults.max_retries",
+    "faults.on_failure",
+    "faults.cold_start.storage_bandwidth_bytes_per_s",
+    "faults.cold_start.engine_init_s",
+    "autoscaler.target_outstanding_per_replica",
+    "autoscaler.interval_s",
+    "autoscaler.min_replicas",
+    "autoscaler.scale_down_window_s",
+    "autoscaler.tolerance_frac",
+)
+
+
+@pytest.mark.parametrize("value", VALUES)
+@pytest.mark.parametrize("field", LIFECYCLE_FIELDS)
+def test_hostile_lifecycle_value_is_answered_in_one_line(hostile_dir: Path, field: str, value: str) -> None:
+    sets = [arg for setting in (*LIFECYCLE_BASE, f"{field}={value}") for arg in ("--set", setting)]
+    result = cli("run", "tiny.yaml", "--out", "out", "--quiet", *sets)
+    assert_answered(result)
+    if result.exit_code == 0:
+        assert (hostile_dir / "out" / "lifecycle.parquet").is_file()
