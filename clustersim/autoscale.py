@@ -9,7 +9,8 @@ replica is starting) and applies it:
 draining replicas are wanted back first, then stopped ones start cold (lowest index first); a scale
 down drains the replicas holding the fewest requests (the highest index on ties). Sources: the
 Kubernetes HPA documentation (algorithm, tolerance 0.1, 15 s sync period, stabilization windows 0 s
-up and 300 s down) and Knative's concurrency target for ``queue_length``.
+up and 300 s down) and Knative's concurrency target for ``queue_length``; ``slo`` scales on the share
+of recent requests that missed a TTFT target, over the share allowed.
 """
 
 from __future__ import annotations
@@ -17,27 +18,16 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import simpy
 
 from clustersim.clock import LIFECYCLE_PRIORITY
-from clustersim.config.faults import Autoscaler, KVUseAutoscaler, QueueLengthAutoscaler
+from clustersim.config.faults import Autoscaler, KVUseAutoscaler, QueueLengthAutoscaler, SloAutoscaler
 from clustersim.lifecycle import Lifecycle
 from clustersim.registry import Registry
 from clustersim.replica.replica import Replica
-
-Metric = Callable[[Sequence[Replica]], float]  # the load per replica up
-
-
-def mean_outstanding(replicas: Sequence[Replica]) -> float:
-    """Requests queued or running per replica."""
-    return sum(r.num_outstanding for r in replicas) / len(replicas)
-
-
-def mean_kv_used_frac(replicas: Sequence[Replica]) -> float:
-    """The mean fraction of KV blocks in use."""
-    return sum(r.num_used_kv_blocks / r.num_kv_blocks for r in replicas) / len(replicas)
+from clustersim.workload.request import Request
 
 
 def recommend(num_ready: int, current: int, metric: float, target: float, tolerance_frac: float) -> int:
@@ -49,18 +39,74 @@ def recommend(num_ready: int, current: int, metric: float, target: float, tolera
     return math.ceil(num_ready * ratio)
 
 
-def _queue_length(config: Autoscaler) -> tuple[Metric, float]:
-    assert isinstance(config, QueueLengthAutoscaler)
-    return mean_outstanding, config.target_outstanding_per_replica
+class LoadPolicy(Protocol):
+    """Measures the load the rule compares with ``target`` (None: nothing to measure now)."""
+
+    target: float
+
+    def measure(self, up: Sequence[Replica], now_s: float) -> float | None: ...
+
+    def heard(self, request: Request, now_s: float) -> None:
+        """``request`` ended now (completed, rejected or lost)."""
+        ...
 
 
-def _kv_use(config: Autoscaler) -> tuple[Metric, float]:
-    assert isinstance(config, KVUseAutoscaler)
-    return mean_kv_used_frac, config.target_kv_used_frac
+class QueueLength:
+    """Requests queued or running per replica up."""
+
+    def __init__(self, config: Autoscaler) -> None:
+        assert isinstance(config, QueueLengthAutoscaler)
+        self.target = config.target_outstanding_per_replica
+
+    def measure(self, up: Sequence[Replica], now_s: float) -> float | None:
+        return sum(r.num_outstanding for r in up) / len(up)
+
+    def heard(self, request: Request, now_s: float) -> None:
+        pass
 
 
-AUTOSCALERS: Registry[Callable[[Autoscaler], tuple[Metric, float]]] = Registry(
-    "autoscaler", [("queue_length", _queue_length), ("kv_use", _kv_use)]
+class KVUse:
+    """The mean fraction of KV blocks in use on the replicas up."""
+
+    def __init__(self, config: Autoscaler) -> None:
+        assert isinstance(config, KVUseAutoscaler)
+        self.target = config.target_kv_used_frac
+
+    def measure(self, up: Sequence[Replica], now_s: float) -> float | None:
+        return sum(r.num_used_kv_blocks / r.num_kv_blocks for r in up) / len(up)
+
+    def heard(self, request: Request, now_s: float) -> None:
+        pass
+
+
+class SloMisses:
+    """The share of the requests ended in the last ``window_s`` that missed the TTFT target, over
+    the share allowed (the rule's target is then 1)."""
+
+    def __init__(self, config: Autoscaler) -> None:
+        assert isinstance(config, SloAutoscaler)
+        self.config = config
+        self.target = 1.0
+        self._ended: deque[tuple[float, bool]] = deque()  # (end time, missed), in time order
+
+    def heard(self, request: Request, now_s: float) -> None:
+        if request.status == "completed":
+            self._ended.append((now_s, request.first_token_at_s - request.arrival_at_s > self.config.ttft_s))
+        elif request.status in ("rejected", "lost"):
+            self._ended.append((now_s, True))
+
+    def measure(self, up: Sequence[Replica], now_s: float) -> float | None:
+        ended = self._ended
+        while ended and ended[0][0] < now_s - self.config.window_s:
+            ended.popleft()
+        if not ended:
+            return None
+        misses = sum(1 for _, missed in ended if missed)
+        return misses / len(ended) / (1.0 - self.config.target_attainment_frac)
+
+
+AUTOSCALERS: Registry[Callable[[Autoscaler], LoadPolicy]] = Registry(
+    "autoscaler", [("queue_length", QueueLength), ("kv_use", KVUse), ("slo", SloMisses)]
 )
 
 
@@ -70,7 +116,8 @@ class AutoscalerProcess:
     def __init__(self, lifecycle: Lifecycle, config: Autoscaler) -> None:
         self.lifecycle = lifecycle
         self.config = config
-        self.metric, self.target = AUTOSCALERS.get(config.kind)(config)
+        self.policy = AUTOSCALERS.get(config.kind)(config)
+        lifecycle.listeners.append(self.policy.heard)
         self.max_replicas = len(lifecycle.replicas)
         initial = config.initial_replicas if config.initial_replicas is not None else config.min_replicas
         for index in range(initial, self.max_replicas):
@@ -93,11 +140,11 @@ class AutoscalerProcess:
         """The stabilized count of replicas wanted now (the current one when none is up to measure)."""
         lifecycle, config = self.lifecycle, self.config
         current = lifecycle.count("up", "starting")
-        if lifecycle.up:
-            metric = self.metric(lifecycle.up)
-            wanted = recommend(len(lifecycle.up), current, metric, self.target, config.tolerance_frac)
-        else:
+        metric = self.policy.measure(lifecycle.up, now_s) if lifecycle.up else None
+        if metric is None:
             wanted = current
+        else:
+            wanted = recommend(len(lifecycle.up), current, metric, self.policy.target, config.tolerance_frac)
         if lifecycle.count("starting"):
             wanted = max(wanted, current)  # no scale down while a start is on its way
         wanted = min(max(wanted, config.min_replicas), self.max_replicas)

@@ -61,6 +61,7 @@ class Lifecycle:
         self.up: list[Replica] = replicas
         self.rows: list[LifecycleRecord] = []
         self._drained: dict[int, simpy.Event] = {}
+        self.listeners: list[Callable[[Request, float], None]] = []  # hear of every request that ends, and when
 
     def count(self, *states: State) -> int:
         return sum(1 for state in self.states if state in states)
@@ -114,6 +115,8 @@ class Lifecycle:
 
     def request_ended(self, request: Request) -> None:
         """Hear of every request that ends (the run's ``on_final``): a draining replica may be empty now."""
+        for listener in self.listeners:
+            listener(request, self.clock.now)
         index = request.replica
         drained = self._drained.get(index) if index >= 0 and self.states[index] == "draining" else None
         if drained is not None and not drained.triggered and self.replicas[index].num_outstanding == 0:

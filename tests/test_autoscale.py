@@ -83,3 +83,34 @@ def test_autoscaler_bounds_are_checked(run_mapping: Run) -> None:
         run_mapping(scaled([(0.0, 10, 3)], target_outstanding_per_replica=2, min_replicas=3))
     with pytest.raises(ConfigError, match=r"initial_replicas: 3 is outside min_replicas..num_replicas \(1..2\)"):
         run_mapping(scaled([(0.0, 10, 3)], target_outstanding_per_replica=2, initial_replicas=3))
+
+
+def test_slo_misses_are_the_recent_share_over_the_share_allowed() -> None:
+    from clustersim.autoscale import SloMisses
+    from clustersim.config.faults import SloAutoscaler
+    from clustersim.workload.request import Request
+
+    policy = SloMisses(SloAutoscaler(kind="slo", ttft_s=0.5, target_attainment_frac=0.9, window_s=10.0))
+    assert policy.measure([], 0.0) is None  # nothing ended yet: nothing to judge
+    for index, (ttft_s, status) in enumerate(
+        [(0.1, "completed"), (0.9, "completed"), (0.0, "lost"), (0.2, "completed")]
+    ):
+        request = Request(index, "t", 0.0, 10, 2)
+        request.status, request.first_token_at_s = status, ttft_s  # type: ignore[assignment]
+        policy.heard(request, now_s=float(index))
+    assert policy.measure([], 3.0) == pytest.approx((2 / 4) / 0.1)  # 2 of 4 missed, 10% allowed: 5x too many
+    assert policy.measure([], 11.5) == pytest.approx((1 / 2) / 0.1)  # those ended before 1.5 s left the window
+
+
+def test_an_slo_autoscaler_starts_a_replica_when_first_tokens_come_late(run_mapping: Run) -> None:
+    # one replica up with two seats; four requests at 0 s and four at 2 s, three output tokens each:
+    # pairs are served [0, 3], [3, 6], [6, 9], [9, 12], so first tokens come at 1, 4, 7 and 10 s
+    raw = explicit_scenario([(0.0, 10, 3)] * 4 + [(2.0, 10, 3)] * 4, cluster={"num_replicas": 2},
+                            scheduler={"max_num_seqs": 2}, router={"kind": "round_robin"},
+                            autoscaler={"kind": "slo", "ttft_s": 1.5, "target_attainment_frac": 0.5, "window_s": 100,
+                                        "interval_s": 1.0, "cold_start": COLD})  # fmt: skip
+    result = run_mapping(raw)
+    assert [r["first_token_at_s"] for r in read_requests(result)] == [1.0, 1.0, 4.0, 4.0, 7.0, 7.0, 10.0, 10.0]
+    # tick 3 s: 0 of 2 missed (wants 0, held at min 1); tick 6 s: 2 of 4 missed, exactly the half allowed;
+    # tick 9 s: 4 of 6 missed, (4/6) / 0.5 = 1.33 -> ceil(1 x 1.33) = 2: replica 1 starts, up at 11 s
+    assert moves(result) == [(1, 0.0, "stopped"), (1, 9.0, "starting"), (1, 11.0, "up")]

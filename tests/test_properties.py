@@ -152,9 +152,12 @@ def autoscalers(draw: st.DrawFn) -> dict[str, Any]:
         "cold_start": {"storage_bandwidth_bytes_per_s": 1e10, "engine_init_s": draw(st.sampled_from([0.0, 1.5]))},
         "_all_up": draw(st.booleans()),  # start with every replica up (then scale down), else one
     }
-    if draw(st.booleans()):
-        return {**common, "kind": "queue_length", "target_outstanding_per_replica": draw(st.sampled_from([0.5, 2.0]))}
-    return {**common, "kind": "kv_use", "target_kv_used_frac": draw(st.sampled_from([0.1, 0.5]))}
+    kind = draw(st.sampled_from(["queue_length", "kv_use", "slo"]))
+    if kind == "queue_length":
+        return {**common, "kind": kind, "target_outstanding_per_replica": draw(st.sampled_from([0.5, 2.0]))}
+    if kind == "kv_use":
+        return {**common, "kind": kind, "target_kv_used_frac": draw(st.sampled_from([0.1, 0.5]))}
+    return {**common, "kind": kind, "ttft_s": draw(st.sampled_from([0.5, 3.0])), "window_s": 5.0}
 
 
 @st.composite

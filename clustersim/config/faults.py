@@ -110,4 +110,15 @@ class KVUseAutoscaler(_AutoscalerBase):
     target_kv_used_frac: float = Field(gt=0.0, le=1.0)
 
 
-Autoscaler = Annotated[QueueLengthAutoscaler | KVUseAutoscaler, Field(discriminator="kind")]
+class SloAutoscaler(_AutoscalerBase):
+    """The share of recent requests that missed ``ttft_s``: the requests that ended within the last
+    ``window_s`` (a completed one misses when its TTFT exceeded ``ttft_s``; a rejected or lost one
+    always misses). The metric is that share over the share allowed, ``1 - target_attainment_frac``."""
+
+    kind: Literal["slo"]
+    ttft_s: PositiveFloat
+    target_attainment_frac: float = Field(default=0.99, gt=0.0, lt=1.0)
+    window_s: PositiveFloat = 60.0
+
+
+Autoscaler = Annotated[QueueLengthAutoscaler | KVUseAutoscaler | SloAutoscaler, Field(discriminator="kind")]
