@@ -49,6 +49,12 @@ CAPTIONS = {
         "Every evaluation of the replica search at the target rate (o: met the SLO in every seed, x: missed it), "
         "each hardware's price line, and each option's answer circled with its rank."
     ),
+    "lifecycle.png": (
+        "Top: each replica's state (up; starting: reading its weights and starting its engine; draining: routed "
+        "nothing new; stopped; down: failed), with what each failure held. Middle: the cluster's output rate "
+        "(dashed: failures). Bottom: each completed request's TTFT at its arrival (retried ones in orange; lost "
+        "and rejected ones marked above)."
+    ),
 }
 
 
