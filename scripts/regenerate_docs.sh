@@ -57,6 +57,7 @@ clustersim compare replica-failure --vary faults.on_failure=retry,lose \
   --columns "completed,lost,retried,up %,TTFT p99 ms,TPOT p99 ms,SLO met %" --out "$out/failure" \
   --doc docs/lifecycle.md#one-failure
 clustersim sweep scenarios/sweeps/failure-headroom.yaml --out "$out/headroom" --doc docs/lifecycle.md#headroom
+clustersim plan failover-60rps --out "$out/failover" --doc docs/lifecycle.md#failover-plan
 clustersim run replica-failure --out "$out/replica-failure" --quiet
 clustersim report "$out/replica-failure" --out "$out/replica-failure-figures" \
   && cp "$out/replica-failure-figures/lifecycle.png" docs/figures/replica-failure.png
