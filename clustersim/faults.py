@@ -67,19 +67,23 @@ class FaultInjector:
                 return
             if lifecycle.states[index] not in SERVING:
                 continue  # stopped or starting: no GPU time serving to fail (memoryless: draw again)
-            back = self.fail(index, faults.repair_s)
-            if back is None:
+            yield self.fail(index, faults.repair_s)
+            if faults.repair_s is None:
                 return
-            yield back
 
-    def fail(self, index: int, repair_s: float | None) -> simpy.Process | None:
-        """Fail replica ``index`` now; returns the process that repairs and starts it again (None: never)."""
-        self.lifecycle.fail(index, self.faults.on_failure, self.faults.max_retries)
+    def fail(self, index: int, repair_s: float | None) -> simpy.Process:
+        """Fail replica ``index`` now; returns the process that detects the failure, then repairs and
+        starts the replica again (never, with ``repair_s`` None)."""
+        faults = self.faults
+        self.lifecycle.fail(index, faults.on_failure, faults.max_retries, detected=faults.detect_s == 0)
+        return self.lifecycle.clock.process(self._recover(index, repair_s))
+
+    def _recover(self, index: int, repair_s: float | None) -> Generator[simpy.Event, Any, None]:
+        clock, faults = self.lifecycle.clock, self.faults
+        if faults.detect_s > 0:
+            yield clock.timer_at(clock.now + faults.detect_s, LIFECYCLE_PRIORITY)
+            self.lifecycle.detect(index, faults.on_failure, faults.max_retries)
         if repair_s is None:
-            return None
-        return self.lifecycle.clock.process(self._repair(index, repair_s))
-
-    def _repair(self, index: int, repair_s: float) -> Generator[simpy.Event, Any, None]:
-        clock = self.lifecycle.clock
-        yield clock.timer_at(clock.now + repair_s, LIFECYCLE_PRIORITY)
-        yield self.lifecycle.start(index, "fault", self.faults.cold_start)
+            return
+        yield clock.timer_at(clock.now + repair_s, LIFECYCLE_PRIORITY)  # the repair starts once it is detected
+        yield self.lifecycle.start(index, "fault", faults.cold_start)

@@ -149,7 +149,7 @@ def check_run(
     if measured is not None:
         problems += check_gaps(*measured, "measured ")
     if lifecycle is not None:
-        problems += check_lifecycle(lifecycle, requests)
+        problems += check_lifecycle(lifecycle, requests, scenario.faults.detect_s if scenario.faults else 0.0)
     for index, replica in enumerate(replicas):
         if replica.kv_used_blocks != replica.kv_blocks_of_running:
             problems.append(

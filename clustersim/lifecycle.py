@@ -1,9 +1,10 @@
 """The replicas' states and the moves between them (SimPy), shared by failures and the autoscaler.
 
-A replica is ``up`` (routed to), ``starting`` (cold: weights from storage, then the engine's
-start-up), ``draining`` (routed nothing new; stops once it holds no request), ``stopped`` (its GPUs
-released) or ``down`` (failed, being repaired). Every move happens at the lifecycle priority of its
-instant (:mod:`clustersim.clock`) and is a row of ``lifecycle.parquet``.
+A replica is ``up`` (routed to), ``failing`` (failed, not detected yet: still routed to, serving
+nothing), ``starting`` (cold: weights from storage, then the engine's start-up), ``draining``
+(routed nothing new; stops once it holds no request), ``stopped`` (its GPUs released) or ``down``
+(failed and detected, being repaired). Every move happens at the lifecycle priority of its instant
+(:mod:`clustersim.clock`) and is a row of ``lifecycle.parquet``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from clustersim.replica.core import Core
 from clustersim.replica.replica import Replica
 from clustersim.workload.request import Request
 
-State = Literal["up", "starting", "draining", "stopped", "down"]
+State = Literal["up", "failing", "starting", "draining", "stopped", "down"]
+ROUTED = ("up", "failing")  # a failed replica is routed to until its failure is detected
 Cause = Literal["fault", "autoscaler"]
 
 
@@ -62,15 +64,18 @@ class Lifecycle:
         self.rows: list[LifecycleRecord] = []
         self._drained: dict[int, simpy.Event] = {}
         self.listeners: list[Callable[[Request, float], None]] = []  # hear of every request that ends, and when
+        self._unnoticed: dict[int, int] = {}  # failing, not detected: how many requests it held when it failed
+        self._failed_at_s: dict[int, float] = {}
 
     def count(self, *states: State) -> int:
         return sum(1 for state in self.states if state in states)
 
-    def _move(self, index: int, state: State, cause: Cause, held: int = 0, retried: int = 0, lost: int = 0) -> None:
+    def _move(
+        self, index: int, state: State, cause: Cause, held: int = 0, retried: int = 0, lost: int = 0, event: str = ""
+    ) -> None:
         self.states[index] = state
-        self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s == "up"]
-        event = "failed" if state == "down" else state
-        self.rows.append(LifecycleRecord(index, self.clock.now, event, cause, held, retried, lost))
+        self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
+        self.rows.append(LifecycleRecord(index, self.clock.now, event or state, cause, held, retried, lost))
 
     # ------------------------------------------------------------------ starting and stopping
     def stop_at_start(self, index: int) -> None:
@@ -126,16 +131,42 @@ class Lifecycle:
         return self.replicas[index].halt(self.slots[index].new_core())
 
     # ------------------------------------------------------------------ failing
-    def fail(self, index: int, on_failure: str, max_retries: int) -> None:
-        """Replica ``index`` fails now: hand on (``retry``) or lose each request it held."""
+    def fail(self, index: int, on_failure: str, max_retries: int, detected: bool = True) -> None:
+        """Replica ``index`` fails now and loses its work. ``detected``: the router knows at once, and
+        each request it held is handed on (``retry``) or lost; else it stays routed to, holding what it
+        held and what arrives, until :meth:`detect`."""
         self._drained.pop(index, None)
-        held = self._halt(index)
-        self.states[index] = "down"  # before routing the held requests again
-        self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s == "up"]
-        now = self.clock.now
+        self._failed_at_s[index] = self.clock.now
+        held = self._halt(index)  # a fresh core stands in, with no process: it serves nothing
+        if detected:
+            self.states[index] = "down"  # before routing the held requests again
+            self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
+            retried = self._hand_on(index, held, on_failure, max_retries)
+            self._move(index, "down", "fault", len(held), retried, len(held) - retried, event="failed")
+        else:  # what it held waits in the stand-in's queue with what arrives (the end of the run finds it there)
+            waiting = self.replicas[index].core.waiting
+            for request in held:
+                waiting.push(request)
+            self._unnoticed[index] = len(held)
+            self._move(index, "failing", "fault", len(held), event="failed")
+
+    def detect(self, index: int, on_failure: str, max_retries: int) -> None:
+        """The router learns that replica ``index`` failed: hand on or lose what it held and what
+        was routed to it since."""
+        num_held = self._unnoticed.pop(index)
+        everything = self._halt(index)  # what it held when it failed, then what arrived
+        self.states[index] = "down"
+        self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
+        retried = self._hand_on(index, everything, on_failure, max_retries)
+        arrived = len(everything) - num_held
+        self._move(index, "down", "fault", arrived, retried, len(everything) - retried, event="detected")
+
+    def _hand_on(self, index: int, held: list[Request], on_failure: str, max_retries: int) -> int:
+        """Route each request again, or lose it; returns how many were routed."""
+        failed_at_s = self._failed_at_s[index]
         retried = 0
         for request in held:
-            reason = f"replica {index} failed at {now:.3f} s"
+            reason = f"replica {index} failed at {failed_at_s:.3f} s"
             if on_failure == "lose":
                 self._lose(request, reason)
             elif request.num_retries >= max_retries:
@@ -146,7 +177,7 @@ class Lifecycle:
                 request.num_retries += 1
                 self.dispatch(request)
                 retried += 1
-        self._move(index, "down", "fault", len(held), retried, len(held) - retried)
+        return retried
 
     def _lose(self, request: Request, reason: str) -> None:
         request.status = "lost"

@@ -16,7 +16,14 @@ import pyarrow.parquet as pq
 from clustersim.requeststats import RequestTotals
 
 SECONDS_PER_HOUR = 3600.0
-STATES = {"failed": "down", "starting": "starting", "up": "up", "draining": "draining", "stopped": "stopped"}
+STATES = {
+    "failed": "down",  # serving nothing from the failure (routed to until it is detected)
+    "detected": "down",
+    "starting": "starting",
+    "up": "up",
+    "draining": "draining",
+    "stopped": "stopped",
+}
 ALL_STATES = ("up", "starting", "draining", "stopped", "down")
 
 
@@ -49,8 +56,9 @@ def faults_summary(
     spent = state_seconds(rows, len(gpus_per_replica), makespan_s)
     block: dict[str, Any] = {
         "num_failures": len(failures),
-        "num_restarts": sum(1 for row in rows if row["event"] == "up"),
-        "num_requests_held": sum(row["num_held"] for row in failures),
+        "num_restarts": sum(1 for row in rows if row["event"] == "up" and row["cause"] == "fault"),
+        # held when they failed, and routed to them before their failure was detected
+        "num_requests_held": sum(row["num_held"] for row in rows if row["event"] in ("failed", "detected")),
         "num_retries": requests.num_retries,
         "num_requests_retried": requests.num_retried,
         "num_requests_lost": requests.counts["lost"],
@@ -87,17 +95,28 @@ def autoscaler_summary(
     }
 
 
-def check_lifecycle(rows: Sequence[dict[str, Any]], requests: RequestTotals) -> list[str]:
-    """Requests conserved across failures: each failure hands on or loses exactly what it held, the
-    hand-overs are the requests' retries, and the lost ones are the requests lost."""
+def check_lifecycle(rows: Sequence[dict[str, Any]], requests: RequestTotals, detect_s: float = 0.0) -> list[str]:
+    """Requests conserved across failures: each failure hands on or loses exactly what it held (with
+    ``detect_s``, what it held and what reached it before the detection), the hand-overs are the
+    requests' retries, and the lost ones are the requests lost."""
     problems = []
-    failures = [row for row in rows if row["event"] == "failed"]
-    if any(row["num_held"] != row["num_retried"] + row["num_lost"] for row in failures):
+    pending: dict[int, int] = {}  # failed, not detected yet: requests held so far
+    unbalanced = False
+    for row in rows:
+        held, handled = row["num_held"], row["num_retried"] + row["num_lost"]
+        if row["event"] == "failed" and detect_s == 0:
+            unbalanced |= held != handled
+        elif row["event"] == "failed":
+            unbalanced |= handled != 0
+            pending[row["replica"]] = held
+        elif row["event"] == "detected":
+            unbalanced |= pending.pop(row["replica"], -1) + held != handled
+    if unbalanced:
         problems.append("a failure's held requests are not its retried plus its lost ones")
-    retried = sum(row["num_retried"] for row in failures)
+    retried = sum(row["num_retried"] for row in rows)
     if retried != requests.num_retries:
         problems.append(f"failures handed on {retried} requests, the requests record {requests.num_retries} retries")
-    lost = sum(row["num_lost"] for row in failures)
+    lost = sum(row["num_lost"] for row in rows)
     if lost != requests.counts["lost"]:
         problems.append(f"failures lost {lost} requests, {requests.counts['lost']} requests are lost")
     times = [row["at_s"] for row in rows]

@@ -130,7 +130,7 @@ class LifecycleRecord(NamedTuple):
 
     replica: Annotated[int, I32]
     at_s: Annotated[float, F64]
-    event: Annotated[str, STR]  # failed | starting | up | draining | stopped
+    event: Annotated[str, STR]  # failed | detected | starting | up | draining | stopped
     cause: Annotated[str, STR]  # fault | autoscaler
     num_held: Annotated[int, I32]
     num_retried: Annotated[int, I32]

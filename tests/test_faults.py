@@ -154,3 +154,35 @@ def test_state_seconds_splits_each_replica_over_its_states() -> None:
         {"up": 7.0, "starting": 1.0, "draining": 0.0, "stopped": 0.0, "down": 2.0},
         {"up": 10.0, "starting": 0.0, "draining": 0.0, "stopped": 0.0, "down": 0.0},
     ]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_until_a_failure_is_detected_the_router_sends_the_dead_replica_requests_it_holds(
+    run_mapping: Run, fast_forward: bool
+) -> None:
+    # round robin: requests 0 and 2 to replica 0, 1 and 3 to replica 1. Replica 0 fails at 2.5 s; the
+    # router learns of it at 4.5 s, so request 2 (arrived at 3 s) waits there too; both go to replica 1,
+    # whose run is cut at 5 s: [5, 6] prefills 10 + 2 and 10 tokens; request 0's third token comes at 6
+    # (a 4 s gap), its fifth at 8; request 2's first at 6 (TTFT 3 s), its last at 7
+    failure = {"events": [{"at_s": 2.5, "replica": 0}], "detect_s": 2.0}
+    result = run_mapping(
+        two_replicas(failure, [(0.0, 10, 5), (0.0, 10, 5), (3.0, 10, 2), (3.0, 10, 2)],
+                     simulation={"fast_forward": fast_forward})
+    )  # fmt: skip
+    rows = read_requests(result)
+    assert [(r["replica"], r["num_retries"], r["first_token_at_s"], r["finished_at_s"]) for r in rows] == [
+        (1, 1, 1.0, 8.0), (1, 0, 1.0, 5.0), (1, 1, 6.0, 7.0), (1, 0, 4.0, 5.0)
+    ]  # fmt: skip
+    assert rows[0]["max_itl_s"] == 4.0
+    assert [(row["at_s"], row["event"], row["num_held"], row["num_retried"]) for row in lifecycle(result)] == [
+        (2.5, "failed", 1, 0), (4.5, "detected", 1, 2)
+    ]  # fmt: skip
+    assert result.summary["faults"]["num_requests_held"] == 2
+
+
+def test_a_failure_undetected_at_the_horizon_leaves_what_it_holds_unfinished(run_mapping: Run) -> None:
+    failure = {"events": [{"at_s": 2.5, "replica": 0}], "detect_s": 100.0}
+    result = run_mapping(two_replicas(failure, stop={"horizon_s": 10.0}))
+    held, other = read_requests(result)
+    assert (held["status"], held["num_emitted_tokens"], other["status"]) == ("unfinished", 2, "completed")
+    assert [row["event"] for row in lifecycle(result)] == ["failed"]

@@ -167,6 +167,7 @@ def faults(draw: st.DrawFn) -> dict[str, Any]:
         "on_failure": draw(st.sampled_from(["retry", "retry", "retry", "lose"])),
         "max_retries": draw(st.sampled_from([0, 2, 3])),
         "repair_s": draw(st.sampled_from([None, 0.0, 2.0, 10.0])),
+        "detect_s": draw(st.sampled_from([0.0, 0.0, 1.0, 5.0])),
         "cold_start": {"storage_bandwidth_bytes_per_s": 1e10, "engine_init_s": draw(st.sampled_from([0.0, 1.5]))},
     }
     if draw(st.booleans()):

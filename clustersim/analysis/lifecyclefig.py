@@ -19,7 +19,14 @@ from clustersim.analysis.throughput import NUM_BINS, tokens_per_s
 from clustersim.analysis.timebins import bin_edges
 
 STATE_COLORS = {"up": "#4c9f70", "starting": "#e9a23b", "draining": "#7fb3d5", "stopped": "#dddddd", "down": "#c8453b"}
-STATE_OF_EVENT = {"failed": "down", "starting": "starting", "up": "up", "draining": "draining", "stopped": "stopped"}
+STATE_OF_EVENT = {
+    "failed": "down",
+    "detected": "down",
+    "starting": "starting",
+    "up": "up",
+    "draining": "draining",
+    "stopped": "stopped",
+}
 MAX_POINTS = 20_000  # TTFT dots drawn (an even subsample beyond)
 MAX_LABELLED_FAILURES = 12
 
@@ -68,8 +75,9 @@ def _draw_states(ax: Axes, lifecycle: pd.DataFrame, replicas: list[int], end_s: 
     failures = lifecycle[lifecycle["event"] == "failed"]
     if len(failures) <= MAX_LABELLED_FAILURES:
         for row in failures.itertuples():
+            held, retried, lost = _episode(lifecycle, row)
             ax.annotate(
-                f"held {row.num_held}: {row.num_retried} retried, {row.num_lost} lost",
+                f"held {held}: {retried} retried, {lost} lost",
                 (min(float(row.at_s), end_s), float(row.replica)),
                 xytext=(4, 0), textcoords="offset points", va="center", fontsize="x-small", color="white",
             )  # fmt: skip
@@ -81,6 +89,17 @@ def _draw_states(ax: Axes, lifecycle: pd.DataFrame, replicas: list[int], end_s: 
     shown = [state for state in STATE_COLORS if any(span[1] == state for span in spans)]
     handles = [ax.bar(0, 0, color=STATE_COLORS[state], label=state) for state in shown]
     ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), fontsize="small", ncols=len(shown))
+
+
+def _episode(lifecycle: pd.DataFrame, failed: object) -> tuple[int, int, int]:
+    """A failure's requests held, retried and lost, with those of its detection when it came later."""
+    held, retried, lost = int(failed.num_held), int(failed.num_retried), int(failed.num_lost)  # type: ignore[attr-defined]
+    later = lifecycle[(lifecycle["replica"] == failed.replica) & (lifecycle["at_s"] >= failed.at_s)]  # type: ignore[attr-defined]
+    detected = later[later["event"] == "detected"]
+    if len(detected):
+        first = detected.iloc[0]
+        held, retried, lost = held + int(first["num_held"]), int(first["num_retried"]), int(first["num_lost"])
+    return held, retried, lost
 
 
 def _draw_ttft(ax: Axes, run: RunData) -> None:

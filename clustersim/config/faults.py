@@ -46,7 +46,12 @@ class FaultEvent(StrictModel):
 
 
 class _FaultsBase(StrictModel):
+    """``detect_s``: how long the router keeps sending requests to a failed replica before it learns of
+    the failure (0: at once; a Kubernetes readiness probe with its defaults, every 10 s and 3 failures
+    in a row, takes up to 30 s). Until then what the replica held and what reaches it waits."""
+
     on_failure: OnFailure = "retry"
+    detect_s: NonNegativeFloat = 0.0
     max_retries: NonNegativeInt = 3
     repair_s: NonNegativeFloat | None = 600.0  # None: a failed replica never comes back
     cold_start: ColdStart = ColdStart()

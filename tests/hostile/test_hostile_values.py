@@ -38,6 +38,7 @@ LIFECYCLE_FIELDS = (
     "faults.events.0.replica",
     "faults.max_retries",
     "faults.on_failure",
+    "faults.detect_s",
     "faults.cold_start.storage_bandwidth_bytes_per_s",
     "faults.cold_start.engine_init_s",
     "autoscaler.target_outstanding_per_replica",
