@@ -114,3 +114,10 @@ def test_an_slo_autoscaler_starts_a_replica_when_first_tokens_come_late(run_mapp
     # tick 3 s: 0 of 2 missed (wants 0, held at min 1); tick 6 s: 2 of 4 missed, exactly the half allowed;
     # tick 9 s: 4 of 6 missed, (4/6) / 0.5 = 1.33 -> ceil(1 x 1.33) = 2: replica 1 starts, up at 11 s
     assert moves(result) == [(1, 0.0, "stopped"), (1, 9.0, "starting"), (1, 11.0, "up")]
+
+
+def test_an_autoscaled_point_pays_for_the_gpu_hours_it_provisioned() -> None:
+    from clustersim.sweeps.worker import provisioned_frac
+
+    assert provisioned_frac({"autoscaler": {"gpu_hours_saved_frac": 0.25}}) == 0.75
+    assert provisioned_frac({}) == 1.0  # a fixed pool pays for every GPU

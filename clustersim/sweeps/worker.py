@@ -59,7 +59,8 @@ def run_point(task: PointTask) -> dict[str, Any]:
         plan = plan_point(task.scenario_path, task.overrides)
         result = run_plan(plan, Path(task.run_dir))
         row.update(flatten_summary(result.summary))
-        row.update(cost_columns(plan, result.summary.get("output_tokens_per_s"), task.prices_usd_per_gpu_hour))
+        prices, provisioned = task.prices_usd_per_gpu_hour, provisioned_frac(result.summary)
+        row.update(cost_columns(plan, result.summary.get("output_tokens_per_s"), prices, provisioned))
         row["status"] = "ok"
     except ClusterSimError as exc:
         row["error"] = one_line(str(exc))
@@ -115,11 +116,23 @@ def _flatten_block(prefix: str, block: dict[str, Any], flat: dict[str, Any]) -> 
             flat[name] = value
 
 
+def provisioned_frac(summary: dict[str, Any]) -> float:
+    """The share of the pool's GPU-hours the run paid for: 1, or what its autoscaler provisioned."""
+    scaler = summary.get("autoscaler")
+    saved = scaler.get("gpu_hours_saved_frac") if isinstance(scaler, dict) else None
+    return 1.0 - saved if isinstance(saved, float) else 1.0
+
+
 def cost_columns(
-    plan: RunPlan, output_tokens_per_s: float | None, prices_usd_per_gpu_hour: dict[str, float]
+    plan: RunPlan,
+    output_tokens_per_s: float | None,
+    prices_usd_per_gpu_hour: dict[str, float],
+    provisioned_frac: float = 1.0,
 ) -> dict[str, Any]:
     """GPUs in the cluster, its price per hour (the sweep's prices, else each GPU profile's) and
-    per million output tokens at the run's output rate (None where a price or the rate is missing)."""
+    per million output tokens at the run's output rate (None where a price or the rate is missing).
+    ``provisioned_frac``: with an autoscaler, the share of the pool's GPU-hours it provisioned (the
+    price per hour is the pool's times it: exact when every GPU of the pool costs the same)."""
     num_gpus, usd_per_hour = 0, 0.0
     priced = True
     for group in plan.groups:
@@ -130,7 +143,7 @@ def cost_columns(
             priced = False
         else:
             usd_per_hour += gpus * price
-    cost_per_hour = usd_per_hour if priced else None
+    cost_per_hour = usd_per_hour * provisioned_frac if priced else None
     per_m_tokens = None
     if cost_per_hour is not None and output_tokens_per_s:
         per_m_tokens = cost_per_hour / (output_tokens_per_s * 3600.0 / 1e6)
