@@ -73,9 +73,12 @@ class Lifecycle:
     def _move(
         self, index: int, state: State, cause: Cause, held: int = 0, retried: int = 0, lost: int = 0, event: str = ""
     ) -> None:
+        self._set_state(index, state)
+        self.rows.append(LifecycleRecord(index, self.clock.now, event or state, cause, held, retried, lost))
+
+    def _set_state(self, index: int, state: State) -> None:
         self.states[index] = state
         self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
-        self.rows.append(LifecycleRecord(index, self.clock.now, event or state, cause, held, retried, lost))
 
     # ------------------------------------------------------------------ starting and stopping
     def stop_at_start(self, index: int) -> None:
@@ -139,8 +142,7 @@ class Lifecycle:
         self._failed_at_s[index] = self.clock.now
         held = self._halt(index)  # a fresh core stands in, with no process: it serves nothing
         if detected:
-            self.states[index] = "down"  # before routing the held requests again
-            self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
+            self._set_state(index, "down")  # before routing the held requests again
             retried = self._hand_on(index, held, on_failure, max_retries)
             self._move(index, "down", "fault", len(held), retried, len(held) - retried, event="failed")
         else:  # what it held waits in the stand-in's queue with what arrives (the end of the run finds it there)
@@ -155,8 +157,7 @@ class Lifecycle:
         was routed to it since."""
         num_held = self._unnoticed.pop(index)
         everything = self._halt(index)  # what it held when it failed, then what arrived
-        self.states[index] = "down"
-        self.up = [r for r, s in zip(self.replicas, self.states, strict=True) if s in ROUTED]
+        self._set_state(index, "down")
         retried = self._hand_on(index, everything, on_failure, max_retries)
         arrived = len(everything) - num_held
         self._move(index, "down", "fault", arrived, retried, len(everything) - retried, event="detected")
