@@ -119,8 +119,7 @@ def _run_into(
     try:
         ends = [ReplicaEndState(r.core.kv.pool.num_used_blocks, r.kv_blocks_of_running()) for r in replicas]
         measured_logs = (measured.gaps, measured.requests) if measured is not None else None
-        moving = plan.scenario.faults is not None or plan.scenario.autoscaler is not None
-        lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if moving else None
+        lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if plan.scenario.moves_replicas else None
         check_run(requests, steps, plan.scenario, ends, memory, gaps, measured_logs, lifecycle)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")

@@ -64,23 +64,17 @@ def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) 
     return make
 
 
-def build_replicas(plan: RunPlan, clock: Clock, log: RunLog, on_final: Callable[[Request], None]) -> list[Replica]:
-    """One replica per slot of the plan's groups, in replica order."""
-    make = core_maker(plan, log, on_final)
-    return [Replica(clock, make(index)) for index in range(len(plan.replica_groups()))]
-
-
 def start_lifecycle(
     plan: RunPlan,
     clock: Clock,
-    log: RunLog,
     replicas: list[Replica],
+    make: Callable[[int], Core],
     on_final: Callable[[Request], None],
     traffic: Traffic,
 ) -> Lifecycle:
-    """The pool's lifecycle, with the scenario's failures and autoscaler started over it."""
+    """The pool's lifecycle, with the scenario's failures and autoscaler started over it; ``make``
+    builds a replica's fresh core (:func:`core_maker`)."""
     scenario = plan.scenario
-    make = core_maker(plan, log, on_final)
     groups = plan.replica_groups()
     slots = [
         Slot(functools.partial(make, i), g.model.weight_bytes(), g.tensor_parallel * g.pipeline_parallel)
@@ -121,7 +115,8 @@ def simulate(
         if lifecycle is not None:
             lifecycle.request_ended(request)  # a draining replica may be empty now
 
-    replicas = build_replicas(plan, clock, log, on_final)
+    make = core_maker(plan, log, on_final)
+    replicas = [Replica(clock, make(index)) for index in range(plan.num_replicas)]  # in replica order
     router = ROUTERS.get(scenario.router.kind)(scenario.router, scenario.seed)
 
     def dispatch(request: Request) -> None:
@@ -139,14 +134,14 @@ def simulate(
     budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
     if window is not None:
         budget.marks = WindowMarks(window)
-    moving = scenario.faults is not None or scenario.autoscaler is not None
+    moving = scenario.moves_replicas
     traffic = Traffic(
         clock, scenario.seed, workload_data, budget, dispatch_up if moving else dispatch, completions,
         scenario.kv.prefix_block_tokens,
     )  # fmt: skip
     start_workload(traffic, scenario.workload.tenants)
     if moving:
-        lifecycle = start_lifecycle(plan, clock, log, replicas, on_final, traffic)
+        lifecycle = start_lifecycle(plan, clock, replicas, make, on_final, traffic)
         lifecycle.dispatch = dispatch_up
         log.lifecycle = lifecycle.rows
     with _few_collections():

@@ -363,6 +363,11 @@ class Scenario(StrictModel):
     faults: Faults | None = None
     autoscaler: Autoscaler | None = None
 
+    @property
+    def moves_replicas(self) -> bool:
+        """Whether replicas fail or are started and stopped (the run has a lifecycle)."""
+        return self.faults is not None or self.autoscaler is not None
+
     @model_validator(mode="after")
     def _autoscaler_bounds(self) -> Scenario:
         scaler, count = self.autoscaler, self.cluster.total_replicas

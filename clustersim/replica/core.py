@@ -367,12 +367,10 @@ class Core:
     def stop(self, now_s: float, ended: Passed, planned: Passed) -> list[Request]:
         """Close the books when the clock stops: log the steps of the run in flight that ended before
         it, keep the blocks of the step in progress, and return every unfinished request."""
-        step, self.in_flight = self.in_flight, None
+        step = self.in_flight
         if step is not None:
-            done = step.count_ended(now_s, ended)
             started = min(step.count_ended(now_s, planned), step.num_steps - 1) + 1
-            if done:
-                self.end(step, done, step.end_of(done))
+            done = self._end_ended(now_s, ended)
             first = step.first_index
             self.kv.grow_through(first + max(done, 1), first + started - 1)
         return self._held()
@@ -380,12 +378,18 @@ class Core:
     def fail(self, now_s: float, ended: Passed) -> list[Request]:
         """The replica fails at ``now_s``: log the steps of the run in flight that ended before, lose
         the one in progress, and return every request held (the core is not used again)."""
-        step, self.in_flight = self.in_flight, None
-        if step is not None:
-            done = step.count_ended(now_s, ended)
-            if done:
-                self.end(step, done, step.end_of(done))
+        self._end_ended(now_s, ended)
         return self._held()
+
+    def _end_ended(self, now_s: float, ended: Passed) -> int:
+        """End the run in flight: account for its steps that ended by ``now_s``; returns how many."""
+        step, self.in_flight = self.in_flight, None
+        if step is None:
+            return 0
+        done = step.count_ended(now_s, ended)
+        if done:
+            self.end(step, done, step.end_of(done))
+        return done
 
     def _held(self) -> list[Request]:
         """Every unfinished request, seated (their tokens so far counted) first, then swapped, waiting, deferred."""
