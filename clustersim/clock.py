@@ -29,6 +29,7 @@ from simpy.events import Event, EventCallbacks, EventPriority
 HORIZON_PRIORITY = -(1 << 62)
 STEP_END_PRIORITY = -(1 << 61)  # + replica index
 LIFECYCLE_PRIORITY = -(1 << 60)  # failures and restarts
+TRANSFER_PRIORITY = -(1 << 59)  # KV caches handed on and landed between replicas (disaggregation)
 PLAN_PRIORITY = 2  # + replica index; SimPy's URGENT is 0 and NORMAL 1
 
 

@@ -7,7 +7,7 @@ hash and the clustersim version in its key-value metadata.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from clustersim.records import (
     MemoryRecord,
     RequestRecord,
     StepRecord,
+    TransferRecord,
     numpy_dtypes_of,
     schema_of,
 )
@@ -115,6 +116,8 @@ class RunLog:
         self._gaps_writer = TableWriter(out_dir / "itl.parquet", GapRecord, metadata, measured)
         # the replicas' changes of state, written as lifecycle.parquet at the close (a scenario with faults)
         self.lifecycle: list[LifecycleRecord] | None = None
+        # the KV caches moved between replicas, written as transfers.parquet at the close (disaggregation)
+        self.transfers: list[TransferRecord] | None = None
         self._out_dir, self._metadata = out_dir, metadata
 
     def record_request(self, request: Request) -> None:
@@ -133,11 +136,16 @@ class RunLog:
             record = GapRecord(tenant, index, lower_s, upper_s, count, total_s, low_s, high_s)
             self._gaps_writer.append((*record, measured) if self.measured else record)
         self._gaps_writer.close()
-        if self.lifecycle is not None:
-            writer = TableWriter(self._out_dir / "lifecycle.parquet", LifecycleRecord, self._metadata)
-            for row in self.lifecycle:
-                writer.append(row)
-            writer.close()
+        tables: list[tuple[str, type[tuple[Any, ...]], Sequence[tuple[Any, ...]] | None]] = [
+            ("lifecycle", LifecycleRecord, self.lifecycle),
+            ("transfers", TransferRecord, self.transfers),
+        ]
+        for name, record_type, rows in tables:
+            if rows is not None:
+                writer = TableWriter(self._out_dir / f"{name}.parquet", record_type, self._metadata)
+                for row in rows:
+                    writer.append(row)
+                writer.close()
 
     def abort(self) -> None:
         self.requests.abort()

@@ -265,6 +265,7 @@ def kv_summary(
         "reserved_unused_frac": share("reserved_unused_bytes"),
         "external_frag_frac": share("external_frag_bytes"),
         "cached_prefix_frac": share("cached_prefix_bytes"),
+        "in_flight_frac": share("in_flight_bytes"),  # KV caches moving between replicas (disaggregation)
         "waste_frac": share("internal_frag_bytes") + share("reserved_unused_bytes") + share("external_frag_bytes"),
         "mean_used_frac": mean_used,
         "peak_used_frac": totals.peak_used_frac,

@@ -104,6 +104,7 @@ class MemoryRecord(NamedTuple):
     reserved_unused_bytes: Annotated[float, F64]
     external_frag_bytes: Annotated[float, F64]
     cached_prefix_bytes: Annotated[float, F64]
+    in_flight_bytes: Annotated[float, F64]  # KV caches moving between replicas (disaggregation)
     free_bytes: Annotated[float, F64]
     min_free_bytes: Annotated[float, F64]  # the least free headroom of any of its iterations
 
@@ -137,6 +138,24 @@ class LifecycleRecord(NamedTuple):
     num_lost: Annotated[int, I32]
 
 
+class TransferRecord(NamedTuple):
+    """One request's KV cache moved from its prefill replica to its decode replica (``transfers.parquet``,
+    written when the scenario disaggregates): its prompt was done at ``prefilled_at_s``, the decode
+    replica took the blocks for it and pulled it at ``pulled_at_s`` (the wait in between is the decode
+    pool's back-pressure), the link was free for it at ``started_at_s`` and it landed at
+    ``landed_at_s``. A transfer not over when the run stopped has NaN for what had not happened."""
+
+    request_id: Annotated[int, I64]
+    prefill_replica: Annotated[int, I32]
+    decode_replica: Annotated[int, I32]
+    kv_tokens: Annotated[int, I64]
+    kv_bytes: Annotated[float, F64]
+    prefilled_at_s: Annotated[float, F64]
+    pulled_at_s: Annotated[float, F64]
+    started_at_s: Annotated[float, F64]
+    landed_at_s: Annotated[float, F64]
+
+
 # the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet
 LEDGER_CATEGORIES = (
     "stored_bytes",
@@ -144,6 +163,7 @@ LEDGER_CATEGORIES = (
     "reserved_unused_bytes",
     "external_frag_bytes",
     "cached_prefix_bytes",
+    "in_flight_bytes",
     "free_bytes",
 )
 
@@ -174,3 +194,4 @@ STEP_SCHEMA = schema_of(StepRecord)
 MEMORY_SCHEMA = schema_of(MemoryRecord)
 GAP_SCHEMA = schema_of(GapRecord)
 LIFECYCLE_SCHEMA = schema_of(LifecycleRecord)
+TRANSFER_SCHEMA = schema_of(TransferRecord)

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from clustersim.config.scenario import (
+from clustersim.config.routing import (
     AffinityRouter,
     LeastKVRouter,
     LeastOutstandingRouter,
@@ -53,9 +53,10 @@ class Router(Protocol):
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int: ...
 
 
-def router_rng(seed: int) -> np.random.Generator:
-    """The router's random stream under scenario ``seed`` (independent of every tenant's streams)."""
-    return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(ROUTER_STREAM_KEY,)))
+def router_rng(seed: int, stream: int = ROUTER_STREAM_KEY) -> np.random.Generator:
+    """A router's random stream under scenario ``seed`` (independent of every tenant's streams);
+    ``stream``: its spawn key (the decode router of a disaggregated cluster has its own)."""
+    return np.random.default_rng(np.random.SeedSequence(entropy=seed, spawn_key=(stream,)))
 
 
 def least_outstanding(replicas: Sequence[ReplicaView]) -> int:
@@ -188,35 +189,35 @@ class Affinity:
         return fallback
 
 
-RouterFactory = Callable[[RouterConfig, int], Router]  # (config, scenario seed) -> router
+RouterFactory = Callable[[RouterConfig, int, int], Router]  # (config, scenario seed, stream key) -> router
 
 
-def make_round_robin(config: RouterConfig, seed: int) -> Router:
+def make_round_robin(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, RoundRobinRouter)
     return RoundRobin()
 
 
-def make_random(config: RouterConfig, seed: int) -> Router:
+def make_random(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, RandomRouter)
-    return RandomChoice(router_rng(seed))
+    return RandomChoice(router_rng(seed, stream))
 
 
-def make_least_outstanding(config: RouterConfig, seed: int) -> Router:
+def make_least_outstanding(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, LeastOutstandingRouter)
     return LeastOutstanding()
 
 
-def make_least_kv(config: RouterConfig, seed: int) -> Router:
+def make_least_kv(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, LeastKVRouter)
     return LeastKV()
 
 
-def make_power_of_two(config: RouterConfig, seed: int) -> Router:
+def make_power_of_two(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, PowerOfTwoRouter)
-    return PowerOfTwo(router_rng(seed))
+    return PowerOfTwo(router_rng(seed, stream))
 
 
-def make_affinity(config: RouterConfig, seed: int) -> Router:
+def make_affinity(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, AffinityRouter)
     return Affinity(config)
 

@@ -51,6 +51,7 @@ class GroupPlan:
     num_kv_blocks: int
     kv_bytes_per_token: float  # over all the replica's GPUs
     cost_model: CostModel  # shared by the group's replicas (its memoised prices too)
+    role: str = "both"  # both | prefill | decode (disaggregation)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class RunPlan:
             max_model_len_tokens=group.model.max_model_len_tokens,
             fast_forward=self.scenario.simulation.fast_forward,
             pcie_bandwidth_bytes_per_s=group.gpu.pcie_bandwidth_bytes_per_s or 0.0,
+            role=group.role,
         )
 
 
@@ -235,7 +237,9 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from)
     cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
     kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
-    return GroupPlan(where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model)
+    return GroupPlan(
+        where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model, group.role
+    )
 
 
 def kv_blocks(scenario: Scenario, model: ModelShape, gpu: GpuSpec, tp: int, pp: int, source: str, where: str) -> int:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from clustersim.autoscale import AutoscalerProcess
 from clustersim.clock import HORIZON_PRIORITY, Clock
+from clustersim.disagg import Endpoint, KVTransfers
 from clustersim.eventlog import RunLog
 from clustersim.faults import FaultInjector
 from clustersim.lifecycle import Lifecycle, Slot
@@ -20,7 +21,7 @@ from clustersim.replica.admission import SloAdmission
 from clustersim.replica.core import Core
 from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica
-from clustersim.router import ROUTERS
+from clustersim.router import ROUTER_STREAM_KEY, ROUTERS
 from clustersim.runplan import RunPlan
 from clustersim.workload.request import Request
 from clustersim.workload.source import Completions, RequestBudget, Traffic, start_workload
@@ -62,6 +63,15 @@ def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) 
         )
 
     return make
+
+
+def start_transfers(plan: RunPlan, clock: Clock, replicas: list[Replica]) -> KVTransfers:
+    """The hand-over of prompts from the prefill pool to the decode pool (a disaggregated scenario)."""
+    assert plan.scenario.disaggregation is not None
+    groups = plan.replica_groups()
+    endpoints = [Endpoint(g.tensor_parallel * g.pipeline_parallel, g.kv_bytes_per_token) for g in groups]
+    roles = [g.role for g in groups]
+    return KVTransfers(clock, replicas, endpoints, roles, plan.scenario.disaggregation, plan.scenario.seed)
 
 
 def start_lifecycle(
@@ -117,10 +127,14 @@ def simulate(
 
     make = core_maker(plan, log, on_final)
     replicas = [Replica(clock, make(index)) for index in range(plan.num_replicas)]  # in replica order
-    router = ROUTERS.get(scenario.router.kind)(scenario.router, scenario.seed)
+    router = ROUTERS.get(scenario.router.kind)(scenario.router, scenario.seed, ROUTER_STREAM_KEY)
+    transfers = start_transfers(plan, clock, replicas) if scenario.disaggregation is not None else None
+    if transfers is not None:
+        log.transfers = transfers.rows
+    routed = transfers.prefill_pool if transfers is not None else replicas  # where arrivals go
 
     def dispatch(request: Request) -> None:
-        replicas[router.choose(request, replicas)].enqueue(request)
+        routed[router.choose(request, routed)].enqueue(request)
 
     def dispatch_up(request: Request) -> None:  # with a lifecycle: among the replicas up now
         assert lifecycle is not None
@@ -151,5 +165,8 @@ def simulate(
             clock.run()
     for replica in replicas:
         for request in replica.stop():
+            log.record_request(request)
+    if transfers is not None:
+        for request in transfers.close():
             log.record_request(request)
     return replicas

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import explicit_scenario, read_requests
 
-from clustersim.config.scenario import AffinityRouter
+from clustersim.config.routing import AffinityRouter
 from clustersim.router import (
     Affinity,
     LeastKV,

@@ -15,6 +15,7 @@ LABELS = {
     "internal_frag_bytes": "internal fragmentation",
     "reserved_unused_bytes": "reserved, unused",
     "external_frag_bytes": "external fragmentation",
+    "in_flight_bytes": "in flight between replicas",
 }
 # every ledger category but free headroom, in the order they stack
 CATEGORIES = tuple(LABELS.items())

@@ -12,7 +12,6 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     NonNegativeFloat,
-    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     field_validator,
@@ -20,7 +19,9 @@ from pydantic import (
 )
 
 from clustersim.config.base import SLO, StrictModel
+from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
+from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.window import Metrics
 from clustersim.config.workload import (
     Tenant,
@@ -33,6 +34,7 @@ from clustersim.replica.batching import POLICIES
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # number formats of weights and KV caches
 WeightPrecision = Precision
 KVPrecision = Literal["bf16", "fp16", "fp8"]
+Role = Literal["both", "prefill", "decode"]  # what a replica serves: whole requests, or one phase (disaggregation)
 
 
 class ReplicaGroup(StrictModel):
@@ -45,6 +47,7 @@ class ReplicaGroup(StrictModel):
     engine: str | None = None
     weight_precision: WeightPrecision | None = None
     kv_cache_precision: KVPrecision | None = None
+    role: Role = "both"
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class ResolvedGroup:
     engine: str
     weight_precision: WeightPrecision | None
     kv_cache_precision: KVPrecision | None
+    role: Role = "both"
 
 
 MAX_REPLICAS = 100_000  # far beyond any single deployment; a million would take minutes and gigabytes just to start
@@ -118,62 +122,10 @@ class Cluster(StrictModel):
                 g.engine or self.engine,
                 g.weight_precision or self.weight_precision,
                 g.kv_cache_precision or self.kv_cache_precision,
+                g.role,
             )
             for i, g in enumerate(self.groups)
         ]
-
-
-class RoundRobinRouter(StrictModel):
-    """Send request i to replica i mod N."""
-
-    kind: Literal["round_robin"] = "round_robin"
-
-
-class RandomRouter(StrictModel):
-    """A uniformly random replica (the router's own seeded stream)."""
-
-    kind: Literal["random"]
-
-
-class LeastOutstandingRouter(StrictModel):
-    """The replica with the fewest requests queued or running (lowest index on ties)."""
-
-    kind: Literal["least_outstanding"]
-
-
-class LeastKVRouter(StrictModel):
-    """The replica with the smallest fraction of KV blocks in use (then fewest outstanding, lowest index)."""
-
-    kind: Literal["least_kv"]
-
-
-class PowerOfTwoRouter(StrictModel):
-    """Two distinct replicas drawn at random; the one with fewer outstanding requests (the first on ties)."""
-
-    kind: Literal["power_of_two"]
-
-
-class AffinityRouter(StrictModel):
-    """Requests of one session, or with the same leading prefix, go to the same replica unless it is overloaded.
-
-    The key is the session id when the request has one, else its first ``prefix_blocks`` prefix hash
-    ids (Mooncake's ``hash_ids``; the first block of that trace is a system prompt every request shares);
-    requests without either go to the least-outstanding replica. A new key goes to the least-outstanding
-    replica and stays there. Its replica is overloaded when its outstanding requests exceed the least
-    loaded replica's by more than ``overload_abs_requests`` and are above ``overload_rel`` times that;
-    then the request goes to the least loaded replica and the key moves there with it.
-    """
-
-    kind: Literal["affinity"]
-    prefix_blocks: PositiveInt = 2
-    overload_abs_requests: NonNegativeInt = 8
-    overload_rel: float = Field(default=1.5, ge=1.0)
-
-
-RouterConfig = Annotated[
-    RoundRobinRouter | RandomRouter | LeastOutstandingRouter | LeastKVRouter | PowerOfTwoRouter | AffinityRouter,
-    Field(discriminator="kind"),
-]
 
 
 class FcfsOrdering(StrictModel):
@@ -362,6 +314,7 @@ class Scenario(StrictModel):
     simulation: Simulation = Simulation()
     faults: Faults | None = None
     autoscaler: Autoscaler | None = None
+    disaggregation: Disaggregation | None = None
 
     @property
     def moves_replicas(self) -> bool:
@@ -383,6 +336,34 @@ class Scenario(StrictModel):
                     f"autoscaler.initial_replicas: {initial} is outside min_replicas..num_replicas "
                     f"({scaler.min_replicas}..{count})"
                 )
+        return self
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether prompts and decodes run on separate replica pools."""
+        return self.disaggregation is not None
+
+    @model_validator(mode="after")
+    def _disaggregation(self) -> Scenario:
+        roles = {g.role for g in self.cluster.groups}
+        if self.disaggregation is None:
+            if roles - {"both"}:
+                raise ValueError("cluster.groups: a group has a prefill or decode role; add a disaggregation section")
+            return self
+        if roles != {"prefill", "decode"}:
+            raise ValueError(
+                "cluster.groups: disaggregation needs groups with role: prefill and groups with role: decode "
+                f"(and no role: both); the roles are {sorted(roles) or ['both']}"
+            )
+        clashes = [
+            ("faults", self.faults is not None),
+            ("autoscaler", self.autoscaler is not None),
+            ("scheduler.slo_admission", self.scheduler.slo_admission != "off"),
+            ("kv.allocator", self.kv.allocator != "paged"),
+        ]
+        for name, clash in clashes:
+            if clash:
+                raise ValueError(f"{name}: not supported with disaggregation yet (remove one of them)")
         return self
 
     @model_validator(mode="after")

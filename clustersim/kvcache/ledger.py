@@ -3,7 +3,9 @@
 Categories add up to the capacity: tokens stored; internal fragmentation (unused slots of partly
 filled blocks); reserved but unused (blocks reserved beyond what is filled: contiguous or static
 reservations, and prompts still being prefilled); external fragmentation (free memory that cannot
-take the waiting head because no hole is large enough); cached prefixes; free headroom.
+take the waiting head because no hole is large enough); cached prefixes; KV caches in flight
+between replicas (disaggregation: a prefill replica's blocks kept until the decode replica has
+them, a decode replica's blocks taken for a KV cache on its way); free headroom.
 
 A row covers one step, or a run of identical decode steps; its values are time-weighted means over
 the steps it covers (each step's values are those at its end, before finished sequences retire),
@@ -54,13 +56,15 @@ def ledger_row(
     block_size_tokens: int,
     bytes_per_token: float,
     span: RunSpan | None = None,
+    in_flight_blocks: int = 0,
 ) -> MemoryRecord:
     """The ledger row of the step (or run of steps) of ``replica`` that started at ``started_at_s``.
 
     The arguments are the replica's KV at the end of the last step the row covers: blocks the stored
     tokens fill (prefilling sequences included), blocks the sequences hold (cached prefix blocks
-    excluded), cached prefix blocks, and free tokens the waiting head cannot use. ``span``: how they
-    moved over a run of steps (None: one step).
+    excluded, blocks in flight included), cached prefix blocks, and free tokens the waiting head cannot
+    use. ``span``: how they moved over a run of steps (None: one step). ``in_flight_blocks``: blocks
+    held for KV caches moving between replicas (they do not change during a run).
     """
     bs, b, total, cached = block_size_tokens, bytes_per_token, total_blocks, cached_blocks
     stored: float = stored_tokens
@@ -86,13 +90,15 @@ def ledger_row(
         replica,
         started_at_s,
         duration_s,
-        *ledger_bytes(total, bs, b, stored, filled, used, external, cached, last_free, worst_external),
+        *ledger_bytes(
+            total, bs, b, stored, filled, used, external, cached, last_free, worst_external, in_flight_blocks
+        ),
     )
 
 
 def ledger_bytes(
     total: Any, bs: Any, b: Any, stored: Any, filled: Any, used: Any, external: Any, cached: Any, last_free: Any,
-    worst_external: Any,
+    worst_external: Any, in_flight: Any = 0,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The row's byte columns from its means (numbers, or NumPy arrays of a batch of rows: the same
     operations, in the same order): capacity, then the categories in the order of
@@ -102,9 +108,10 @@ def ledger_bytes(
         total * bs * b,  # capacity_bytes
         stored * b,  # stored_bytes
         (filled * bs - stored) * b,  # internal_frag_bytes
-        (used - filled) * bs * b,  # reserved_unused_bytes
+        (used - in_flight - filled) * bs * b,  # reserved_unused_bytes
         external * b,  # external_frag_bytes
         cached * bs * b,  # cached_prefix_bytes
+        in_flight * bs * b,  # in_flight_bytes
         (free - external) * b,  # free_bytes
         (last_free - worst_external) * b,  # min_free_bytes
     )

@@ -35,6 +35,7 @@ SHORT_RUN = 2  # a run whose integrals are summed here, step by step
  FIXED, A, B, C, D, FLOOR, CONTEXT) = range(28)  # fmt: skip
 BLOCKS = 28  # then MAX_BATCHED_STEPS - 1 block counts (boundaries 1, 2, ...), zero-padded
 WIDTH = BLOCKS + MAX_BATCHED_STEPS - 1
+IN_FLIGHT = WIDTH  # a row ends with its blocks in flight between replicas (disaggregation)
 _NO_RUN = (NO_SPAN,) + (0,) * (WIDTH - KIND - 1)
 _NO_BLOCKS = (0,) * (MAX_BATCHED_STEPS - 1)
 _NO_SHORT_RUN = (0,) * (WIDTH - GROWTH_S - 1)
@@ -124,5 +125,8 @@ def ledger_columns(rows: list[Row]) -> list[np.ndarray[Any, Any]]:
         weighted = (external_before * before_s + external_tokens * (duration_s - before_s)) / duration_s
         external = np.where(changed, weighted, external_tokens)
     worst_external = np.where(changed, np.maximum(external_tokens, external_before), external_tokens)
-    bytes_columns = ledger_bytes(total, bs, b, stored, filled, used, external, cached, last_free, worst_external)
+    in_flight = x[:, IN_FLIGHT]
+    bytes_columns = ledger_bytes(
+        total, bs, b, stored, filled, used, external, cached, last_free, worst_external, in_flight
+    )
     return [x[:, REPLICA].astype(np.int32), x[:, STARTED], x[:, DURATION], *bytes_columns]

@@ -149,6 +149,15 @@ class KVManager:
         self._make_room(num_blocks)
         self.pool.allocate(num_blocks)
 
+    def hold(self, num_blocks: int) -> None:
+        """Take ``num_blocks`` no sequence holds yet (a KV cache on its way here), evicting unused cached
+        prefix segments if the free blocks alone do not cover them."""
+        self._take(num_blocks)
+
+    def unhold(self, num_blocks: int) -> None:
+        """Give back blocks :meth:`hold` took."""
+        self.pool.free(num_blocks)
+
     def admit(self, seq: KVSequence, hit: list[Segment], first_admission: bool, num_blocks: int = -1) -> None:
         """Give an admitted sequence its blocks (``num_blocks``, or by the reservation rule when
         negative); with prefix caching it pins ``hit`` and evicts unused cached segments if the free

@@ -41,18 +41,20 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         bs,
         kv.spec.bytes_per_token,
     )
+    in_flight = (core.kv_in_flight_blocks,)  # the row's last field
     anchor = step.anchor
     if num_steps <= 1 or anchor is None:
-        return pending_row(head)
+        return pending_row(head) + in_flight
     shape = anchor.shape
     if not batches_short_run(shape, num_steps, bs):
-        return pending_row(head, run_span(kv, step, num_steps, grown, changed))
+        return pending_row(head, run_span(kv, step, num_steps, grown, changed)) + in_flight
     n, context = step.batch.num_decode_seqs, step.batch.decode_context_tokens
     changed_after_s = run_duration_s(shape, context, n, changed) if 0 < changed < num_steps else 0.0
     blocks = kv.growth_counts(step.first_index + 1, num_steps - 1)
-    return short_run_row(
+    row = short_run_row(
         head, num_steps, n, grown, kv.growing, step.external_before_tokens, changed_after_s, shape, context, blocks
     )
+    return row + in_flight
 
 
 def run_span(kv: KVManager, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:

@@ -13,7 +13,7 @@ from clustersim.cost.base import StepBatch
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.replica.seats import Seat
-from clustersim.workload.request import Request
+from clustersim.workload.request import AWAITING_PULL, NO_REMOTE_KV, Request
 
 if TYPE_CHECKING:  # the core builds builders; a builder only holds a reference to it
     from clustersim.replica.core import Core
@@ -192,6 +192,14 @@ class Builder:
         cached = 0
         per_chunk = self.per_chunk
         while head is not None and num_admitted != max_admitted:
+            if head.remote_kv != NO_REMOTE_KV:  # disaggregation: its prompt was computed on a prefill replica
+                chunk = self._admit_remote(head, len(seats) < max_seqs, tokens_left)
+                if chunk < 0:
+                    break
+                tokens_left -= chunk
+                num_admitted += chunk  # a pull takes no seat and computes nothing this step
+                head = core.head()
+                continue
             if caching:
                 hit, cached = kv.prefix_hit(head)
             if per_chunk:  # blocks for the first chunk only
@@ -212,6 +220,29 @@ class Builder:
             num_admitted += 1
             head = core.head()
         return num_admitted
+
+    def _admit_remote(self, head: Request, seat_free: bool, tokens_left: int) -> int:
+        """Admit a waiting head whose prompt a prefill replica computed: pull its KV cache once the
+        blocks for it are free (vLLM V1 ``WAITING_FOR_REMOTE_KVS``; DistServe's decode instances
+        fetch when they have memory), or seat it once the KV cache has landed, its last prompt token
+        computed this step. Returns the tokens it computes this step, or -1 if it does not fit."""
+        core = self._core
+        kv = core.kv
+        if not seat_free:
+            return -1
+        if head.remote_kv == AWAITING_PULL:
+            tokens = prefill_tokens_of(head)
+            needed = kv.prefill_blocks(0, tokens) if self.per_chunk else kv.blocks_to_admit(head)
+            if needed > kv.admission_free():
+                return -1
+            core.take_for_pull(core.pop_head(), needed, self.now_s)
+            return 0
+        if tokens_left <= 0:
+            return -1
+        seat = core.seat_landed(core.pop_head(), self.now_s)
+        self.chunks.append((seat, 1))
+        self.chunk_tokens += 1
+        return 1
 
     # ------------------------------------------------------------------ the result
     def batch(self) -> StepBatch | None:

@@ -37,9 +37,10 @@ from clustersim.replica.gaps import GapTracker
 from clustersim.replica.queues import WaitingQueue
 from clustersim.replica.seats import Seat, SeatSet
 from clustersim.replica.step import DecodeAnchor, Step
-from clustersim.workload.request import Request
+from clustersim.workload.request import NO_REMOTE_KV, Request
 
 Passed = Callable[[float], bool]  # whether an event at this time (and a given priority) has been processed
+Handoff = Callable[[Request, int, float], None]  # (request, this replica's index, now): disaggregation hooks
 
 
 class ReplicaStalledError(RuntimeError):
@@ -55,6 +56,7 @@ class ReplicaSpec:
     max_model_len_tokens: int
     fast_forward: bool = True
     pcie_bandwidth_bytes_per_s: float = 0.0  # prices swap traffic
+    role: str = "both"  # both | prefill | decode (disaggregation: config.disagg)
 
 
 class Core:
@@ -91,12 +93,20 @@ class Core:
         self._may_hold = policy.holds
         self._builder = Builder(self)
         self.gaps = GapTracker(log.gaps, self.seats)
+        # disaggregation (clustersim.disagg): a prefill replica hands each finished prompt on and keeps
+        # its blocks until the decode replica has them; a decode replica pulls a prompt's KV cache
+        self.prefill_only = spec.role == "prefill"
+        self.on_prefilled: Handoff | None = None
+        self.pull: Handoff | None = None
+        self.sending: dict[int, tuple[Seat, int]] = {}  # request id -> (its seat, the blocks it holds)
+        self.num_pulling = 0  # requests whose KV cache is on its way here
+        self.kv_in_flight_blocks = 0  # blocks held for transfers: being sent, or taken for a pull
 
     # ------------------------------------------------------------------ queues
     @property
     def num_outstanding(self) -> int:
         """Requests queued or holding a seat here."""
-        return len(self.waiting) + len(self.deferred) + len(self.seats.seats) + len(self.swapped)
+        return len(self.waiting) + len(self.deferred) + len(self.seats.seats) + len(self.swapped) + self.num_pulling
 
     def head(self) -> Request | None:
         """The request admission considers next."""
@@ -114,7 +124,8 @@ class Core:
         if total_tokens > max_len:
             return f"prompt + output = {total_tokens} tokens exceeds the model's max length {max_len}"
         budget = self.limits.max_num_batched_tokens
-        if not self.policy.chunks_prompts and request.prompt_tokens > budget:
+        remote = request.remote_kv != NO_REMOTE_KV  # its prompt was computed elsewhere: one token here
+        if not self.policy.chunks_prompts and request.prompt_tokens > budget and not remote:
             return (
                 f"prompt of {request.prompt_tokens} tokens exceeds max_num_batched_tokens {budget} "
                 "(chunked_prefill would split it)"
@@ -122,21 +133,22 @@ class Core:
         return self.kv.rejection_reason(request)
 
     def enqueue(
-        self, request: Request, now_s: float, ended: Passed, planned: Passed
+        self, request: Request, now_s: float, ended: Passed, planned: Passed, front: bool = False
     ) -> Literal["rejected", "queued", "cut"]:
-        """Accept a routed request, or reject it now; ``cut``: it is queued and the run in flight must
-        end at an earlier boundary."""
+        """Accept a routed request (at the head of the queue if ``front``), or reject it now; ``cut``:
+        it is queued and the run in flight must end at an earlier boundary."""
         request.replica = self.spec.index
         reason = self.rejection_reason(request)
         if reason:
             self.reject(request, reason)
             return "rejected"
+        push = self.waiting.push_front if front else self.waiting.push
         step = self.in_flight
         if step is None or step.num_steps == 1:
-            self.waiting.push(request)
+            push(request)
             return "queued"
         old_head = self.head()
-        self.waiting.push(request)
+        push(request)
         if self.head() is not old_head and self._head_changed(step, old_head, now_s, ended, planned):
             return "cut"
         return "queued"
@@ -183,7 +195,7 @@ class Core:
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
-            if self.num_outstanding - len(self.seats.seats):
+            if self.num_outstanding - len(self.seats.seats) - self.num_pulling and not self.kv_in_flight_blocks:
                 raise ReplicaStalledError(
                     f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
                 )
@@ -258,6 +270,9 @@ class Core:
             if publishing and (tokens := self.kv.publish(seat, seat.cached_tokens + seat.done_tokens)):
                 self.seats.cached_more(seat, tokens)
             if done:
+                if self.prefill_only:
+                    self._hand_off(seat, now_s)
+                    continue
                 num_first_tokens += 1
                 request = seat.request
                 if request.num_emitted_tokens == 0:
@@ -307,6 +322,48 @@ class Core:
             request.num_cached_prompt_tokens = cached
         if first:
             request.first_scheduled_at_s = now_s
+        return seat
+
+    def _hand_off(self, seat: Seat, now_s: float) -> None:
+        """A prefill replica's prompt is done: the seat goes, its blocks stay until the decode replica
+        has pulled them (:meth:`release_sent`)."""
+        self.seats.remove(seat)
+        request = seat.request
+        self.sending[request.request_id] = (seat, seat.reserved_blocks)
+        self.kv_in_flight_blocks += seat.reserved_blocks
+        assert self.on_prefilled is not None
+        self.on_prefilled(request, self.spec.index, now_s)
+
+    def release_sent(self, request: Request) -> None:
+        """The decode replica has ``request``'s KV cache (or never will): free the blocks it held here."""
+        seat, blocks = self.sending.pop(request.request_id)
+        self.kv_in_flight_blocks -= blocks
+        self.kv.vacate(seat, self.seats.decode_index - 1, seat.cached_tokens + seat.done_tokens)
+
+    def take_for_pull(self, request: Request, num_blocks: int, now_s: float) -> None:
+        """A decode replica takes the blocks for ``request``'s KV cache and pulls it from its prefill
+        replica; it comes back to the queue's head when it has landed."""
+        self.kv.hold(num_blocks)
+        request.remote_kv_blocks = num_blocks
+        self.kv_in_flight_blocks += num_blocks
+        self.num_pulling += 1
+        assert self.pull is not None
+        self.pull(request, self.spec.index, now_s)
+
+    def land(self, request: Request) -> None:
+        """``request``'s KV cache has landed: it joins the queue's head (:meth:`enqueue` with ``front``)."""
+        self.num_pulling -= 1
+
+    def seat_landed(self, request: Request, now_s: float) -> Seat:
+        """A request whose KV cache has landed takes a seat with the blocks held for it; all its prompt
+        but the last token counts as computed (vLLM V1 recomputes the last one to sample the first
+        token: ``Scheduler._update_waiting_for_remote_kv``)."""
+        blocks = request.remote_kv_blocks
+        self.kv.unhold(blocks)
+        self.kv_in_flight_blocks -= blocks
+        request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0
+        seat = self.seat(request, [], 0, now_s, blocks)
+        self.seats.advance_prefill(seat, seat.prefill_tokens - 1)
         return seat
 
     def start_decoding(self, seat: Seat, d: int) -> None:
@@ -404,4 +461,5 @@ class Core:
     def kv_blocks_of_running(self) -> int:
         """Blocks the seated sequences and the prefix cache hold (for the end-of-run conservation check)."""
         kv = self.kv
-        return kv.num_cached_blocks + sum(kv.held_blocks(seat, kv.grown_through) for seat in self.seats.seats.values())
+        held = sum(kv.held_blocks(seat, kv.grown_through) for seat in self.seats.seats.values())
+        return kv.num_cached_blocks + held + self.kv_in_flight_blocks

@@ -46,12 +46,19 @@ class Replica:
         return self.core.kv.pool.num_total_blocks
 
     # ------------------------------------------------------------------ arrivals
-    def enqueue(self, request: Request) -> None:
-        """Accept a routed request: queue it (waking an idle replica), or reject it if it can never be served."""
-        outcome = self.core.enqueue(request, self.clock.now, self._ended, self._planned)
+    def enqueue(self, request: Request, front: bool = False) -> None:
+        """Accept a routed request (at the queue's head if ``front``): queue it (waking an idle replica),
+        or reject it if it can never be served."""
+        outcome = self.core.enqueue(request, self.clock.now, self._ended, self._planned, front)
         if outcome == "cut":
             self._end_sooner()
-        elif outcome == "queued" and self._wakeup is not None and not self._wakeup.triggered:
+        elif outcome == "queued":
+            self.wake()
+
+    def wake(self) -> None:
+        """An idle replica plans again at this instant (something it waited for happened); a busy one
+        plans at the end of its step anyway."""
+        if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
 
     def _end_sooner(self) -> None:

@@ -6,6 +6,9 @@ import math
 from typing import Literal
 
 RequestStatus = Literal["completed", "rejected", "unfinished", "lost"]
+# a request's KV cache between a prefill and a decode replica (disaggregation): none to move; its
+# prompt is done and it waits at the decode replica to be pulled; its KV cache has landed there
+NO_REMOTE_KV, AWAITING_PULL, LANDED = 0, 1, 2
 GapKey = tuple[str, bool]  # (tenant, measured): what a request's inter-token gaps are counted under
 
 
@@ -42,6 +45,8 @@ class Request:
         "prefix_hash_ids",
         "prompt_tokens",
         "reject_reason",
+        "remote_kv",
+        "remote_kv_blocks",
         "replica",
         "request_id",
         "session_id",
@@ -77,6 +82,8 @@ class Request:
         self.reject_reason = ""
         self.num_preemptions = 0
         self.num_retries = 0  # times a failed replica handed it on
+        self.remote_kv = NO_REMOTE_KV  # disaggregation: where its KV cache is on its way to the decode replica
+        self.remote_kv_blocks = 0  # blocks the decode replica holds for it while its KV cache is on its way
         self.num_emitted_tokens = 0
         self.num_cached_prompt_tokens = 0  # prompt tokens its first admission found in the prefix cache
         self.last_token_at_s = math.nan  # kept while it is preempted (its next token's gap starts there)

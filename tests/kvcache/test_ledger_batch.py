@@ -49,8 +49,9 @@ def rows(draw: st.DrawFn) -> tuple[tuple, tuple]:
     """(pending row, the MemoryRecord ledger_row gives for it)."""
     head = draw(heads)
     kind = draw(st.sampled_from(["step", "span", "short"]))
+    in_flight = draw(st.integers(0, max(head[6], 0)))  # blocks held for transfers, among the used ones
     if kind == "step":
-        return pending_row(head), ledger_row(*head)
+        return (*pending_row(head), in_flight), ledger_row(*head, None, in_flight)
     num_steps = draw(st.integers(2, MAX_BATCHED_STEPS if kind == "short" else 60))
     n, grown = draw(st.integers(1, 256)), draw(st.integers(0, 500))
     growing, before = draw(st.booleans()), draw(st.integers(0, 100_000))
@@ -62,10 +63,11 @@ def rows(draw: st.DrawFn) -> tuple[tuple, tuple]:
     blocks = blocks[: min(num_steps - 1, head[9])]
     span = RunSpan(num_steps, n, grown, growing, *run_integrals(shape, context, n, num_steps, blocks), before,
                    changed_after_s)  # fmt: skip
-    expected = ledger_row(*head, span)
+    expected = ledger_row(*head, span, in_flight)
     if kind == "span":
-        return pending_row(head, span), expected
-    return short_run_row(head, num_steps, n, grown, growing, before, changed_after_s, shape, context, blocks), expected
+        return (*pending_row(head, span), in_flight), expected
+    pending = short_run_row(head, num_steps, n, grown, growing, before, changed_after_s, shape, context, blocks)
+    return (*pending, in_flight), expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -82,7 +84,7 @@ def test_a_short_run_of_two_steps_by_hand() -> None:
     # one piece max(C - 9, 0): steps at C = 10 and 12 last 1 s and 3 s; a block is taken at step 1
     shape = DecodeStepShape(0.0, ((-9.0, 1.0, 0.0, 0.0),))
     head = (0, 0.0, 4.0, 20, 14, 5, 6, 0, 0, 4, 1.0)
-    pending = short_run_row(head, 2, 2, 1, True, 0, 0.0, shape, 10, [1])
+    pending = (*short_run_row(head, 2, 2, 1, True, 0, 0.0, shape, 10, [1]), 0)
     expected = ledger_row(*head, RunSpan(2, 2, 1, True, 4.0, 1 * 3.0, 1 * 3.0))
     got = [column[0].item() for column in ledger_columns([pending])]
     assert got[1:] == list(expected[1:])

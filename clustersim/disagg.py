@@ -1,0 +1,156 @@
+"""Disaggregated prefill and decode: each request's KV cache moves from a prefill to a decode replica.
+
+The scenario's router sends an arrival to a prefill replica, which computes its prompt and keeps the
+prompt's blocks (:meth:`~clustersim.replica.core.Core.release_sent`). At the transfer priority of
+that instant (after every step end, before the arrivals; :mod:`clustersim.clock`) the decode router
+picks a decode replica and the request joins its queue. The decode replica takes the blocks for the
+KV cache when its scheduler reaches the request and they are free (the pull: DistServe section 4.4;
+vLLM V1's ``WAITING_FOR_REMOTE_KVS``); until then the prefill replica holds them, which is how a busy
+decode pool pushes back on the prefill pool. The transfer starts when both ends' links are free (each
+replica sends one KV cache at a time and receives one at a time, at the link's full rate) and lands
+``latency_s`` after its last byte; then the prefill replica frees its blocks and the request goes
+back to the decode replica's queue head, where it takes a seat and computes its last prompt token,
+which samples its first token (vLLM V1 ``Scheduler._update_waiting_for_remote_kv``). TTFT therefore
+includes the prefill, the wait for the decode replica, the transfer and that first decode-side step.
+
+Nothing here decides what a replica does; it only moves requests between them at explicit instants,
+so the fast path and the step-by-step mode see the same moves.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clustersim.clock import TRANSFER_PRIORITY, Clock
+from clustersim.config.disagg import Disaggregation
+from clustersim.records import TransferRecord
+from clustersim.replica.replica import Replica
+from clustersim.router import ROUTERS
+from clustersim.workload.request import AWAITING_PULL, LANDED, Request
+
+DECODE_ROUTER_STREAM_KEY = zlib.crc32(b"decode router")  # the decode router's own random stream
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What a transfer needs to know of one replica: its GPUs (each moves its shard over its own link)
+    and the KV bytes of one token over all of them."""
+
+    num_gpus: int
+    kv_bytes_per_token: float
+
+
+def transfer_times_s(
+    now_s: float, send_free_s: float, receive_free_s: float, kv_bytes: float, bytes_per_s: float, latency_s: float
+) -> tuple[float, float, float]:
+    """(start, last byte sent, landed) of a transfer asked for at ``now_s`` over a link whose sender
+    and receiver are free from ``send_free_s`` and ``receive_free_s`` (pure)."""
+    start_s = max(now_s, send_free_s, receive_free_s)
+    sent_s = start_s + kv_bytes / bytes_per_s
+    return start_s, sent_s, sent_s + latency_s
+
+
+class KVTransfers:
+    """Hands prompts from the prefill pool to the decode pool and moves their KV caches (a SimPy shell).
+
+    ``rows``: one :class:`~clustersim.records.TransferRecord` per transfer, in the order they ended
+    (landed, or the request was rejected by its decode replica); :meth:`close` adds those in flight.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        replicas: Sequence[Replica],
+        endpoints: Sequence[Endpoint],
+        roles: Sequence[str],
+        config: Disaggregation,
+        seed: int,
+    ) -> None:
+        self.clock = clock
+        self.replicas = replicas
+        self.endpoints = endpoints
+        self.prefill_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "prefill"]
+        self.decode_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "decode"]
+        self.latency_s = config.link.latency_s
+        self.per_gpu_bytes_per_s = config.link.per_gpu_bytes_per_s()
+        self.router = ROUTERS.get(config.decode_router.kind)(config.decode_router, seed, DECODE_ROUTER_STREAM_KEY)
+        self.send_free_s = [0.0] * len(replicas)
+        self.receive_free_s = [0.0] * len(replicas)
+        self.rows: list[TransferRecord] = []
+        self._open: dict[int, list[float]] = {}  # request id -> the row's fields so far
+        self._moving: dict[int, Request] = {}  # handed on but not yet queued, or pulled but not landed
+        for replica in self.prefill_pool:
+            replica.core.on_prefilled = self._prefilled
+        for replica in self.decode_pool:
+            replica.core.pull = self._pull
+
+    # ------------------------------------------------------------------ the prefill side
+    def _prefilled(self, request: Request, prefill_index: int, now_s: float) -> None:
+        tokens = request.prompt_tokens
+        kv_bytes = tokens * self.endpoints[prefill_index].kv_bytes_per_token
+        nan = math.nan
+        self._open[request.request_id] = [request.request_id, prefill_index, -1, tokens, kv_bytes, now_s, nan, nan, nan]
+        self._moving[request.request_id] = request
+        request.remote_kv = AWAITING_PULL
+        timer = self.clock.timer_at(now_s, TRANSFER_PRIORITY)
+        timer.callbacks.append(lambda _: self._hand_on(request))
+
+    def _hand_on(self, request: Request) -> None:
+        """The decode router picks a decode replica and the request joins its queue."""
+        del self._moving[request.request_id]
+        pool = self.decode_pool
+        decode = pool[self.router.choose(request, pool)]
+        self._open[request.request_id][2] = decode.index
+        decode.enqueue(request)
+        if request.status == "rejected":  # it can never fit there: the prefill replica lets its blocks go
+            self._release(request)
+            self._close(request.request_id)
+
+    # ------------------------------------------------------------------ the decode side
+    def _pull(self, request: Request, decode_index: int, now_s: float) -> None:
+        row = self._open[request.request_id]
+        source = int(row[1])
+        gpus = min(self.endpoints[source].num_gpus, self.endpoints[decode_index].num_gpus)
+        start_s, sent_s, landed_s = transfer_times_s(
+            now_s,
+            self.send_free_s[source],
+            self.receive_free_s[decode_index],
+            row[4],
+            self.per_gpu_bytes_per_s * gpus,
+            self.latency_s,
+        )
+        self.send_free_s[source] = self.receive_free_s[decode_index] = sent_s
+        row[6], row[7] = now_s, start_s
+        self._moving[request.request_id] = request
+        timer = self.clock.timer_at(landed_s, TRANSFER_PRIORITY)
+        timer.callbacks.append(lambda _: self._land(request, decode_index))
+
+    def _land(self, request: Request, decode_index: int) -> None:
+        del self._moving[request.request_id]
+        self._open[request.request_id][8] = self.clock.now
+        self._release(request)
+        request.remote_kv = LANDED
+        decode = self.replicas[decode_index]
+        decode.core.land(request)
+        decode.enqueue(request, front=True)
+        self._close(request.request_id)
+
+    # ------------------------------------------------------------------ books
+    def _release(self, request: Request) -> None:
+        prefill = self.replicas[int(self._open[request.request_id][1])]
+        prefill.core.release_sent(request)
+        prefill.wake()
+
+    def _close(self, request_id: int) -> None:
+        row = self._open.pop(request_id)
+        self.rows.append(TransferRecord(*(int(v) for v in row[:4]), *row[4:]))
+
+    def close(self) -> list[Request]:
+        """The clock stopped: write the transfers still open; returns the requests in flight (in no
+        replica's queue), which are unfinished."""
+        for request_id in list(self._open):
+            self._close(request_id)
+        return list(self._moving.values())
