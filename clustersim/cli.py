@@ -93,6 +93,7 @@ def run(scenario: str | None, out_dir: Path | None, overrides: tuple[str, ...], 
     if not quiet:
         click.echo(format_summary(result.summary))
         lifecycle = ", lifecycle" if "faults" in result.summary or "autoscaler" in result.summary else ""
+        lifecycle += ", transfers" if "disaggregation" in result.summary else ""
         click.echo(
             f"wrote {result.out_dir}/ (requests, steps, memory{lifecycle} and itl .parquet, summary.json) "
             f"in {wall_s:.2f} s wall"

@@ -75,6 +75,8 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"GPU-hours up {faults['up_gpu_hours']:.2f}, starting {faults['starting_gpu_hours']:.2f}, "
             f"down {faults['down_gpu_hours']:.2f}"
         )
+    if "disaggregation" in summary:
+        lines.append(_transfers_line(summary["disaggregation"]))
     if "autoscaler" in summary:
         scaler = summary["autoscaler"]
         lines.append(
@@ -109,3 +111,17 @@ def format_summary(summary: dict[str, Any]) -> str:
 def _count(number: int, noun: str) -> str:
     """``1 failure``, ``2 failures``."""
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _transfers_line(moved: dict[str, Any]) -> str:
+    """A disaggregated run's KV caches: how many moved, how big, and where they waited (p99s)."""
+
+    def ms(block: dict[str, float | None]) -> str:
+        return _fmt(block["p99"], 1000, 1)
+
+    mean_mb = _fmt(moved["mean_kv_bytes"], 1e-6, 1)
+    return (
+        f"KV transfers: {moved['num_transfers']} of {mean_mb} MB on average; p99 ms: waiting for the decode "
+        f"replica {ms(moved['decode_wait_s'])}, for the link {ms(moved['link_wait_s'])}, on the link "
+        f"{ms(moved['transfer_s'])}; {_fmt(moved['mean_in_flight_bytes'], 1e-9, 2)} GB held for them on average"
+    )

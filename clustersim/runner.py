@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from clustersim import __version__
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue
@@ -35,6 +37,7 @@ from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.requeststats import RequestTotals
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
+from clustersim.transferstats import check_transfers, read_transfers, transfers_summary
 from clustersim.workload.traces import TenantData, load_workload_data
 from clustersim.workload.window import ArrivalWindow, resolve_window
 
@@ -121,6 +124,12 @@ def _run_into(
         measured_logs = (measured.gaps, measured.requests) if measured is not None else None
         lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if plan.scenario.moves_replicas else None
         check_run(requests, steps, plan.scenario, ends, memory, gaps, measured_logs, lifecycle)
+        transfers = read_transfers(out_dir / "transfers.parquet") if plan.scenario.disaggregated else None
+        if transfers is not None:
+            roles = [group.role for group in plan.replica_groups()]
+            problems = check_transfers(transfers, pq.read_table(out_dir / "requests.parquet"), roles)
+            if problems:
+                raise InvariantViolation("clustersim broke its transfer invariants (a bug): " + "; ".join(problems))
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
         exc.out_dir = out_dir
@@ -132,6 +141,8 @@ def _run_into(
             summary["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
         if plan.scenario.autoscaler is not None:
             summary["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
+    if transfers is not None:
+        summary["disaggregation"] = transfers_summary(transfers, summary["makespan_s"])
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()

@@ -140,7 +140,42 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
         "_faults": draw(st.one_of(st.none(), st.none(), faults())),
         "_autoscaler": draw(st.one_of(st.none(), st.none(), autoscalers())),
+        "_disagg": draw(st.one_of(st.none(), st.none(), disaggregations())),
     }
+
+
+@st.composite
+def disaggregations(draw: st.DrawFn) -> dict[str, Any]:
+    """Prefill and decode pools (maybe of other GPUs and TP) and a link, slow ones included so that
+    transfers queue behind each other."""
+    prefill = {"count": draw(st.integers(1, 2)), "role": "prefill"}
+    decode = {"count": draw(st.integers(1, 2)), "role": "decode"}
+    if draw(st.booleans()):
+        decode |= {"hardware": "A100-80GB", "tensor_parallel": draw(st.sampled_from([1, 2]))}
+    link = {
+        "kind": draw(st.sampled_from(["nvlink", "infiniband", "roce", "pcie"])),
+        "latency_s": draw(st.sampled_from([0.0, 4e-4, 0.5])),
+    }
+    if draw(st.booleans()):
+        link["bandwidth_bytes_per_s"] = draw(st.sampled_from([1e7, 1e8]))  # seconds per transfer: they queue
+    router = draw(st.sampled_from([{"kind": "least_kv"}, {"kind": "round_robin"}, {"kind": "random"}]))
+    return {"groups": [prefill, decode], "disaggregation": {"link": link, "decode_router": router}}
+
+
+def with_disaggregation(raw: dict[str, Any]) -> dict[str, Any]:
+    """Turn the drawn ``_disagg`` into prefill and decode pools (without what disaggregation does not
+    support yet: failures, an autoscaler, SLO admission, contiguous KV)."""
+    raw = {**raw}
+    drawn = raw.pop("_disagg", None)
+    if drawn is None:
+        return raw
+    raw["cluster"] = {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "groups": drawn["groups"]}
+    raw["disaggregation"] = drawn["disaggregation"]
+    raw["scheduler"] = {**raw["scheduler"], "slo_admission": "off"}
+    raw["kv"] = {**raw["kv"], "allocator": "paged"}
+    raw.pop("_faults", None)
+    raw.pop("_autoscaler", None)
+    return raw
 
 
 @st.composite
@@ -256,7 +291,7 @@ def assert_marked_by_the_window(rows: list[dict[str, Any]], window: dict[str, An
 
 
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
-    raw = with_faults(with_window(with_prefix_caching(raw)))
+    raw = with_faults(with_window(with_prefix_caching(with_disaggregation(raw))))
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 

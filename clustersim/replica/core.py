@@ -195,7 +195,8 @@ class Core:
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
-            if self.num_outstanding - len(self.seats.seats) - self.num_pulling and not self.kv_in_flight_blocks:
+            waiting_on_transfers = self.sending or self.kv_in_flight_blocks  # blocks (or pinned prefixes) come free
+            if self.num_outstanding - len(self.seats.seats) - self.num_pulling and not waiting_on_transfers:
                 raise ReplicaStalledError(
                     f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
                 )
