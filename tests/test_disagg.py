@@ -121,16 +121,16 @@ def test_a_prompt_the_decode_replica_can_never_hold_is_rejected_there_and_freed_
     assert decode_blocks < prefill_blocks
     too_long = decode_blocks * 16 + 1  # one block more than the decode replica has
     result = run_mapping(
-        disaggregated([(0.0, too_long, 1), (0.5, 16, 1)], cluster=pools, kv={"num_blocks": None}, policy="vllm_v1")
+        disaggregated([(0.0, too_long, 1), (0.5, 16, 1), (10.0, 16, 1)], cluster=pools, kv={"num_blocks": None}, policy="vllm_v1")
     )
-    rejected, served = read_requests(result)
+    rejected, served, _ = read_requests(result)
     assert (rejected["status"], rejected["replica"]) == ("rejected", 1)
     assert "KV" in rejected["reject_reason"]
     assert served["status"] == "completed"
     rows = transfers(result)
     assert rows[0]["request_id"] == 0 and math.isnan(rows[0]["pulled_at_s"])
     assert result.summary["disaggregation"]["num_unlanded"] == 1
-    # the prefill replica let the rejected prompt's blocks go: when request 1's prompt is done there,
+    # the prefill replica let the rejected prompt's blocks go: when request 2's prompt is done there,
     # only its own block (16 tokens of Llama-3.1-70B's 327,680 KV bytes each) waits to be sent
     prefill_rows = [m for m in pq.read_table(result.out_dir / "memory.parquet").to_pylist() if m["replica"] == 0]
     assert prefill_rows[-1]["in_flight_bytes"] == 16 * 327_680
