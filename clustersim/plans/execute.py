@@ -19,9 +19,17 @@ from typing import Any
 import yaml
 
 from clustersim.config.loader import load_scenario
+from clustersim.config.scenario import Scenario
 from clustersim.errors import ConfigError, one_line
 from clustersim.outdir import claimed_folder, new_default_folder, safe_name
-from clustersim.plans.search import Evaluation, ReplicaAnswer, fewest_replicas, highest_rate
+from clustersim.plans.search import (
+    Evaluation,
+    ReplicaAnswer,
+    SplitEvaluate,
+    fewest_gpus_split,
+    fewest_replicas,
+    highest_rate,
+)
 from clustersim.plans.spec import PlanOption, PlanSpec
 from clustersim.plans.table import evaluations_table, format_plan_markdown, plan_table
 from clustersim.plans.traffic import offered_rate_per_s, rate_overrides
@@ -71,28 +79,68 @@ class Runner:
         self, option: PlanOption, base_rate_per_s: float, target_rate_per_s: float
     ) -> Callable[[int, float], Evaluation]:
         """The evaluation of ``option`` at a count and a factor of the target rate."""
-        scale = target_rate_per_s / base_rate_per_s
         scenario = load_scenario(self.base_path, self._shared(option)).scenario
 
         def evaluate(num_replicas: int, factor: float) -> Evaluation:
-            rate = target_rate_per_s * factor
-            overrides = {**self.spec.set, **option.set, "cluster.num_replicas": num_replicas,
-                         **rate_overrides(scenario, scale * factor)}  # fmt: skip
-            sweep = SweepSpec(name=f"{self.spec.name}-{option.name}", set=overrides, seeds=self.spec.seeds,
-                              slo=self.spec.slo, prices_usd_per_gpu_hour=self.spec.prices_usd_per_gpu_hour)  # fmt: skip
-            folder = self.out_dir / "evaluations" / safe_name(option.name) / f"replicas={num_replicas}-rate={rate:.6g}"
-            result = run_sweep(sweep, self.base_path, folder, source=f"plan option {option.name}", jobs=self.jobs,
-                               backend=self.backend, address=self.address)  # fmt: skip
-            stats = result.stats_table.to_pylist()[0]
-            error = stats.get("error") if stats["num_ok"] < stats["num_seeds"] else None
-            verdicts = [self.seed_meets(row) for row in result.rows]
-            stats["slo_met_seeds_frac"] = sum(verdicts) / len(verdicts)
-            evaluation = Evaluation(num_replicas, factor, all(verdicts), stats, error)
-            if self.on_evaluation is not None:
-                self.on_evaluation(option.name, evaluation)
-            return evaluation
+            counts = {"cluster.num_replicas": num_replicas}
+            return self._evaluate(option, scenario, counts, (num_replicas, None), target_rate_per_s / base_rate_per_s,
+                                  factor, target_rate_per_s * factor)  # fmt: skip
 
         return evaluate
+
+    def split_evaluator(
+        self, option: PlanOption, base_rate_per_s: float, target_rate_per_s: float
+    ) -> tuple[SplitEvaluate, int, int]:
+        """The evaluation of a disaggregated ``option`` at (prefill, decode) replica counts and a factor
+        of the target rate; and the GPUs of one prefill and of one decode replica."""
+        scenario = load_scenario(self.base_path, self._shared(option)).scenario
+        groups = scenario.cluster.resolved_groups()
+        if len(groups) != 2:
+            raise ConfigError(
+                f"plan option {option.name}", "cluster.groups",
+                "a disaggregated option needs one prefill group and one decode group (the plan searches their counts)",
+            )  # fmt: skip
+        index = {group.role: i for i, group in enumerate(groups)}
+        gpus = {group.role: group.tensor_parallel * group.pipeline_parallel for group in groups}
+
+        def evaluate(num_prefill: int, num_decode: int, factor: float) -> Evaluation:
+            counts = {f"cluster.groups.{index['prefill']}.count": num_prefill,
+                      f"cluster.groups.{index['decode']}.count": num_decode}  # fmt: skip
+            return self._evaluate(option, scenario, counts, (num_prefill, num_decode),
+                                  target_rate_per_s / base_rate_per_s, factor, target_rate_per_s * factor)  # fmt: skip
+
+        return evaluate, gpus["prefill"], gpus["decode"]
+
+    def _evaluate(
+        self,
+        option: PlanOption,
+        scenario: Scenario,
+        counts: dict[str, int],
+        key: tuple[int, int | None],
+        scale: float,
+        factor: float,
+        rate_per_s: float,
+    ) -> Evaluation:
+        """One evaluation: a sweep of the seeds at these replica ``counts`` and ``factor`` times the
+        target rate (``rate_per_s``; ``scale``: the target over the base scenario's rate)."""
+        overrides = {**self.spec.set, **option.set, **counts, **rate_overrides(scenario, scale * factor)}
+        sweep = SweepSpec(name=f"{self.spec.name}-{option.name}", set=overrides, seeds=self.spec.seeds,
+                          slo=self.spec.slo, prices_usd_per_gpu_hour=self.spec.prices_usd_per_gpu_hour)  # fmt: skip
+        first, second = key
+        where = f"replicas={first}" if second is None else f"prefill={first}-decode={second}"
+        folder = self.out_dir / "evaluations" / safe_name(option.name) / f"{where}-rate={rate_per_s:.6g}"
+        result = run_sweep(sweep, self.base_path, folder, source=f"plan option {option.name}", jobs=self.jobs,
+                           backend=self.backend, address=self.address)  # fmt: skip
+        stats = result.stats_table.to_pylist()[0]
+        error = stats.get("error") if stats["num_ok"] < stats["num_seeds"] else None
+        verdicts = [self.seed_meets(row) for row in result.rows]
+        stats["slo_met_seeds_frac"] = sum(verdicts) / len(verdicts)
+        split = None if second is None else (first, second)
+        num_replicas = first if second is None else first + second
+        evaluation = Evaluation(num_replicas, factor, all(verdicts), stats, error, split)
+        if self.on_evaluation is not None:
+            self.on_evaluation(option.name, evaluation)
+        return evaluation
 
     def seed_meets(self, row: dict[str, Any]) -> bool:
         """One seed's verdict: it ran, met the targets at the percentile (if one is set), and enough
@@ -105,9 +153,13 @@ class Runner:
         return floor is None or (row.get("slo_attainment_frac") or 0.0) >= floor
 
     def hardware(self, option: PlanOption) -> str:
-        """The option's GPU (``mixed`` for a cluster of several groups)."""
+        """The option's GPU (``mixed`` for a cluster of groups of several GPUs)."""
         cluster = load_scenario(self.base_path, self._shared(option)).scenario.cluster
-        return cluster.hardware if not cluster.groups else "mixed"
+        names = {group.hardware for group in cluster.resolved_groups()}
+        return names.pop() if len(names) == 1 else "mixed"
+
+    def disaggregated(self, option: PlanOption) -> bool:
+        return load_scenario(self.base_path, self._shared(option)).scenario.disaggregated
 
     def _shared(self, option: PlanOption) -> list[str]:
         return [override(path, value) for path, value in {**self.spec.set, **option.set}.items()]
@@ -154,9 +206,20 @@ def _rates(spec: PlanSpec, base_path: Path, option: PlanOption, source: str) -> 
 
 
 def _answer(runner: Runner, option: PlanOption, base_rate: float, target_rate: float) -> OptionAnswer:
-    evaluate = runner.evaluator(option, base_rate, target_rate)
     bounds = runner.spec.replicas
-    replicas = fewest_replicas(evaluate, bounds.min, bounds.max, bounds.start or bounds.min)
+    evaluate: Callable[[int, float], Evaluation]
+    if runner.disaggregated(option):
+        split_evaluate, prefill_gpus, decode_gpus = runner.split_evaluator(option, base_rate, target_rate)
+        replicas = fewest_gpus_split(split_evaluate, bounds.max, prefill_gpus, decode_gpus)
+        split = replicas.split or (0, 0)
+
+        def at_split(num_replicas: int, factor: float) -> Evaluation:  # the answer's split at other rates
+            return split_evaluate(*split, factor)
+
+        evaluate = at_split
+    else:
+        evaluate = runner.evaluator(option, base_rate, target_rate)
+        replicas = fewest_replicas(evaluate, bounds.min, bounds.max, bounds.start or bounds.min)
     evaluations = list(replicas.evaluations)
     answer = next((e for e in evaluations if e.num_replicas == replicas.num_replicas and e.met), None)
     max_rate = None

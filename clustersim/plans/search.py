@@ -8,6 +8,11 @@ evaluations instead of every count. Rate: from the target (which the answer meet
 1.5 until the SLO is missed (or ``max_factor``), then bisect until the bracket is within
 ``tolerance_frac``. An evaluation is one point of a sweep, every seed, and is remembered, so a
 plan run again reuses all of them.
+
+A disaggregated option has two counts, prefill and decode replicas, and the answer is the split
+with the fewest GPUs (:func:`fewest_gpus_split`): the least decode count meeting the SLO can only
+fall as the prefill count grows, so the search walks that frontier once, prefill count by prefill
+count, bisecting each time below the decode count the previous one needed.
 """
 
 from __future__ import annotations
@@ -28,9 +33,11 @@ class Evaluation:
     met: bool
     stats: dict[str, Any]
     error: str | None = None
+    split: tuple[int, int] | None = None  # (prefill, decode) replicas of a disaggregated option
 
 
 Evaluate = Callable[[int, float], Evaluation]
+SplitEvaluate = Callable[[int, int, float], Evaluation]  # (prefill replicas, decode replicas, rate factor)
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,7 @@ class ReplicaAnswer:
     num_replicas: int | None
     evaluations: list[Evaluation]
     reason: str | None = None
+    split: tuple[int, int] | None = None  # the answer's (prefill, decode) replicas, when disaggregated
 
 
 def fewest_replicas(evaluate: Evaluate, low: int, high: int, start: int) -> ReplicaAnswer:
@@ -103,3 +111,60 @@ def highest_rate(
         else:
             missed = middle
     return met, seen
+
+
+def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, decode_gpus: int) -> ReplicaAnswer:
+    """The (prefill, decode) split with the fewest GPUs meeting the SLO at the target rate, with at most
+    ``high`` replicas in all; ties go to the fewer prefill replicas.
+
+    For each prefill count p (from 1): the least decode count meeting the SLO, found by doubling
+    from 1 until one meets (while none has yet) and bisecting below the least count the previous
+    p needed (which meets at p too: more prefill never hurts). It stops once p prefill replicas
+    and one decode replica cost as many GPUs as the best split found.
+    """
+    seen: list[Evaluation] = []
+    judged: dict[tuple[int, int], Evaluation] = {}
+
+    def judge(p: int, d: int) -> Evaluation:
+        if (p, d) not in judged:
+            judged[p, d] = evaluate(p, d, 1.0)
+            seen.append(judged[p, d])
+        return judged[p, d]
+
+    best: tuple[int, int, int] | None = None  # (GPUs, prefill, decode)
+    cap: int | None = None  # the least decode count the previous prefill count needed
+    for p in range(1, high):
+        if best is not None and p * prefill_gpus + decode_gpus >= best[0]:
+            break
+        most = high - p if cap is None else min(cap, high - p)
+        missed, met = 0, cap if cap is not None and cap <= most else None
+        d = 1
+        while met is None:  # bracket: double until a decode count meets the SLO
+            result = judge(p, d)
+            if result.error is not None:
+                return ReplicaAnswer(None, seen, result.error)
+            if result.met:
+                met = d
+            elif d >= most:
+                break
+            else:
+                missed, d = d, min(most, d * 2)
+        if met is None:
+            continue  # more prefill replicas may be what it needs
+        while met - missed > 1:
+            middle = (met + missed) // 2
+            result = judge(p, middle)
+            if result.error is not None:
+                return ReplicaAnswer(None, seen, result.error)
+            met, missed = (middle, missed) if result.met else (met, middle)
+        cap = met
+        gpus = p * prefill_gpus + met * decode_gpus
+        if best is None or gpus < best[0]:
+            best = (gpus, p, met)
+    if best is None:
+        return ReplicaAnswer(None, seen, f"no split of up to {high} replicas meets the SLO")
+    _, p, d = best
+    answer = judge(p, d)  # evaluated already unless the frontier reached it through a previous count
+    if answer.error is not None or not answer.met:
+        return ReplicaAnswer(None, seen, answer.error or f"{p} prefill + {d} decode replicas missed the SLO")
+    return ReplicaAnswer(p + d, seen, split=(p, d))

@@ -52,6 +52,8 @@ def plan_table(spec: PlanSpec, answers: list[OptionAnswer]) -> pa.Table:
                 "option": item.option.name,
                 "hardware": item.hardware,
                 "num_replicas": item.replicas.num_replicas,
+                "num_prefill_replicas": item.replicas.split[0] if item.replicas.split else None,
+                "num_decode_replicas": item.replicas.split[1] if item.replicas.split else None,
                 "num_gpus": _int(stats.get("num_gpus_mean")),
                 "cost_usd_per_hour": stats.get("cost_usd_per_hour_mean"),
                 **_figures(stats, spec),
@@ -92,6 +94,8 @@ def evaluations_table(spec: PlanSpec, answers: list[OptionAnswer], target_rate_p
                     "option": item.option.name,
                     "hardware": item.hardware,
                     "num_replicas": evaluation.num_replicas,
+                    "num_prefill_replicas": evaluation.split[0] if evaluation.split else None,
+                    "num_decode_replicas": evaluation.split[1] if evaluation.split else None,
                     "rate_per_s": target_rate_per_s * evaluation.rate_factor,
                     "slo_met": evaluation.met,
                     "error": evaluation.error,
@@ -118,7 +122,10 @@ def format_plan_markdown(spec: PlanSpec, table: pa.Table, target_rate_per_s: flo
             cells = ["-", row["option"], f"none: {row['reason']}"] + ["-"] * (len(header) - 3)
             lines.append("| " + " | ".join(cells) + " |")
             continue
-        cells = [str(row["rank"]), row["option"], str(row["num_replicas"]), str(row["num_gpus"])]
+        replicas = str(row["num_replicas"])
+        if row.get("num_prefill_replicas") is not None:
+            replicas = f"{row['num_prefill_replicas']} prefill + {row['num_decode_replicas']} decode"
+        cells = [str(row["rank"]), row["option"], replicas, str(row["num_gpus"])]
         cells.append("-" if row["cost_usd_per_hour"] is None else f"{row['cost_usd_per_hour']:.2f}")
         cells.append(_interval(row, "cost_usd_per_m_output_tokens", 1.0))
         cells += [_interval(row, _percentile_name(m, percentile), 1e3) for m in metrics if percentile is not None]

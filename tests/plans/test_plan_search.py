@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.plans.search import Evaluation, fewest_replicas, highest_rate
+from clustersim.plans.search import Evaluation, fewest_gpus_split, fewest_replicas, highest_rate
 
 
 def counting(needed: int, error_at: int | None = None) -> tuple[list[int], object]:
@@ -71,3 +71,53 @@ def test_highest_rate_brackets_by_half_again_then_bisects_to_the_tolerance() -> 
 def test_highest_rate_stops_at_the_cap() -> None:
     best, seen = highest_rate(lambda c, f: Evaluation(c, f, True, {}), 1, 0.05, 3.0)  # type: ignore[arg-type]
     assert best == 3.0 and [e.rate_factor for e in seen] == [1.5, 2.25, 3.0]
+
+
+def split_counting(meets: object) -> tuple[list[tuple[int, int]], object]:
+    asked: list[tuple[int, int]] = []
+
+    def evaluate(p: int, d: int, factor: float) -> Evaluation:
+        assert factor == 1.0
+        asked.append((p, d))
+        return Evaluation(p + d, factor, meets(p, d), {}, None, (p, d))  # type: ignore[operator]
+
+    return asked, evaluate
+
+
+def brute_force(meets: object, high: int, prefill_gpus: int, decode_gpus: int) -> tuple[int, int] | None:
+    splits = [(p, d) for p in range(1, high) for d in range(1, high - p + 1) if meets(p, d)]  # type: ignore[operator]
+    return min(splits, key=lambda s: (s[0] * prefill_gpus + s[1] * decode_gpus, s[0])) if splits else None
+
+
+FRONTIERS = [
+    lambda p, d: p >= 2 and d >= 3,  # a corner: 2 + 3
+    lambda p, d: p * d >= 12,  # a hyperbola: 3 x 4 (or 4 x 3, more prefill: the tie goes to fewer)
+    lambda p, d: p >= 1 and d >= 9,  # decode-bound
+    lambda p, d: p >= 7 and d >= 1,  # prefill-bound
+    lambda p, d: 2 * p + d >= 14 and d >= 2,  # prefill worth two decode replicas
+    lambda p, d: False,  # nothing meets it
+]
+
+
+@pytest.mark.parametrize("meets", FRONTIERS)
+@pytest.mark.parametrize(("prefill_gpus", "decode_gpus"), [(1, 1), (2, 1), (1, 4)])
+def test_fewest_gpus_split_finds_what_every_split_tried_would(
+    meets: object, prefill_gpus: int, decode_gpus: int
+) -> None:
+    asked, evaluate = split_counting(meets)
+    result = fewest_gpus_split(evaluate, 16, prefill_gpus, decode_gpus)  # type: ignore[arg-type]
+    expected = brute_force(meets, 16, prefill_gpus, decode_gpus)
+    assert result.split == expected
+    assert result.num_replicas == (sum(expected) if expected else None)
+    assert len(asked) == len(set(asked))  # never the same split twice
+    assert len(asked) < 16 * 15 // 2  # fewer than every split (of 16 replicas at most)
+
+
+def test_fewest_gpus_split_walks_the_frontier_once() -> None:
+    # p * d >= 12 with at most 16 replicas: p = 1 needs 12 (bracket 1, 2, 4, 8, 15, then bisect),
+    # then each p bisects below the previous answer; it stops before p = 6 (6 + 1 GPUs >= the 7 of 3 + 4)
+    asked, evaluate = split_counting(lambda p, d: p * d >= 12)
+    result = fewest_gpus_split(evaluate, 16, 1, 1)  # type: ignore[arg-type]
+    assert result.split == (3, 4)
+    assert asked[:5] == [(1, 1), (1, 2), (1, 4), (1, 8), (1, 15)]
+    assert max(p for p, _ in asked) == 5
