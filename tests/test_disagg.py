@@ -121,7 +121,9 @@ def test_a_prompt_the_decode_replica_can_never_hold_is_rejected_there_and_freed_
     assert decode_blocks < prefill_blocks
     too_long = decode_blocks * 16 + 1  # one block more than the decode replica has
     result = run_mapping(
-        disaggregated([(0.0, too_long, 1), (0.5, 16, 1), (10.0, 16, 1)], cluster=pools, kv={"num_blocks": None}, policy="vllm_v1")
+        disaggregated(
+            [(0.0, too_long, 1), (0.5, 16, 1), (10.0, 16, 1)], cluster=pools, kv={"num_blocks": None}, policy="vllm_v1"
+        )
     )
     rejected, served, _ = read_requests(result)
     assert (rejected["status"], rejected["replica"]) == ("rejected", 1)

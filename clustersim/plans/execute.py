@@ -105,7 +105,8 @@ class Runner:
 
         def evaluate(num_prefill: int, num_decode: int, factor: float) -> Evaluation:
             counts = {f"cluster.groups.{index['prefill']}.count": num_prefill,
-                      f"cluster.groups.{index['decode']}.count": num_decode}  # fmt: skip
+                      f"cluster.groups.{index['decode']}.count": num_decode,
+                      "cluster.num_replicas": num_prefill + num_decode}  # fmt: skip
             return self._evaluate(option, scenario, counts, (num_prefill, num_decode),
                                   target_rate_per_s / base_rate_per_s, factor, target_rate_per_s * factor)  # fmt: skip
 
@@ -123,7 +124,7 @@ class Runner:
     ) -> Evaluation:
         """One evaluation: a sweep of the seeds at these replica ``counts`` and ``factor`` times the
         target rate (``rate_per_s``; ``scale``: the target over the base scenario's rate)."""
-        overrides = {**self.spec.set, **option.set, **counts, **rate_overrides(scenario, scale * factor)}
+        overrides = {**shared_set(self.spec, option), **counts, **rate_overrides(scenario, scale * factor)}
         sweep = SweepSpec(name=f"{self.spec.name}-{option.name}", set=overrides, seeds=self.spec.seeds,
                           slo=self.spec.slo, prices_usd_per_gpu_hour=self.spec.prices_usd_per_gpu_hour)  # fmt: skip
         first, second = key
@@ -162,7 +163,7 @@ class Runner:
         return load_scenario(self.base_path, self._shared(option)).scenario.disaggregated
 
     def _shared(self, option: PlanOption) -> list[str]:
-        return [override(path, value) for path, value in {**self.spec.set, **option.set}.items()]
+        return [override(path, value) for path, value in shared_set(self.spec, option).items()]
 
 
 def run_plan_spec(
@@ -195,8 +196,20 @@ def run_plan_spec(
     return PlanResult(out_dir, spec, target if target is not None else 0.0, answers)
 
 
+def shared_set(spec: PlanSpec, option: PlanOption) -> dict[str, Any]:
+    """The overrides every run of ``option`` shares. An option that gives the cluster groups (a
+    prefill and a decode pool) has their total as its replica count, whatever the base says."""
+    shared = {**spec.set, **option.set}
+    groups = shared.get("cluster.groups")
+    if isinstance(groups, list) and groups and "cluster.num_replicas" not in shared:
+        counts = [group.get("count") for group in groups if isinstance(group, dict)]
+        if all(isinstance(count, int) for count in counts):
+            shared["cluster.num_replicas"] = sum(counts)
+    return shared
+
+
 def _rates(spec: PlanSpec, base_path: Path, option: PlanOption, source: str) -> tuple[float, float]:
-    shared = [override(path, value) for path, value in {**spec.set, **option.set}.items()]
+    shared = [override(path, value) for path, value in shared_set(spec, option).items()]
     try:
         loaded = load_scenario(base_path, shared)
         base_rate = offered_rate_per_s(loaded.scenario, loaded.base_dir, loaded.source)

@@ -117,10 +117,11 @@ def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, dec
     """The (prefill, decode) split with the fewest GPUs meeting the SLO at the target rate, with at most
     ``high`` replicas in all; ties go to the fewer prefill replicas.
 
-    For each prefill count p (from 1): the least decode count meeting the SLO, found by doubling
-    from 1 until one meets (while none has yet) and bisecting below the least count the previous
-    p needed (which meets at p too: more prefill never hurts). It stops once p prefill replicas
-    and one decode replica cost as many GPUs as the best split found.
+    For each prefill count p (from 1): whether the most decode replicas it may have meet the SLO
+    (if not, more prefill replicas may be what it needs), then the least decode count meeting it,
+    bisecting below that most, which for every p after the first is the least count the previous
+    p needed (it meets at p too: more prefill never hurts). It stops once p prefill replicas and one
+    decode replica cost as many GPUs as the best split found.
     """
     seen: list[Evaluation] = []
     judged: dict[tuple[int, int], Evaluation] = {}
@@ -136,21 +137,16 @@ def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, dec
     for p in range(1, high):
         if best is not None and p * prefill_gpus + decode_gpus >= best[0]:
             break
-        most = high - p if cap is None else min(cap, high - p)
-        missed, met = 0, cap if cap is not None and cap <= most else None
-        d = 1
-        while met is None:  # bracket: double until a decode count meets the SLO
-            result = judge(p, d)
+        met = high - p if cap is None else min(cap, high - p)
+        if met < 1:
+            break
+        if met != cap:  # not known to meet it: try it
+            result = judge(p, met)
             if result.error is not None:
                 return ReplicaAnswer(None, seen, result.error)
-            if result.met:
-                met = d
-            elif d >= most:
-                break
-            else:
-                missed, d = d, min(most, d * 2)
-        if met is None:
-            continue  # more prefill replicas may be what it needs
+            if not result.met:
+                continue
+        missed = 0
         while met - missed > 1:
             middle = (met + missed) // 2
             result = judge(p, middle)

@@ -114,10 +114,18 @@ def test_fewest_gpus_split_finds_what_every_split_tried_would(
 
 
 def test_fewest_gpus_split_walks_the_frontier_once() -> None:
-    # p * d >= 12 with at most 16 replicas: p = 1 needs 12 (bracket 1, 2, 4, 8, 15, then bisect),
-    # then each p bisects below the previous answer; it stops before p = 6 (6 + 1 GPUs >= the 7 of 3 + 4)
+    # p * d >= 12 with at most 16 replicas: p = 1 tries its most (15) and bisects to 12; each next p
+    # bisects below the previous answer (p = 2: 6, p = 3: 4, p = 4: 3, p = 5: 3); it stops before
+    # p = 6 (6 + 1 GPUs >= the 7 of 3 + 4)
     asked, evaluate = split_counting(lambda p, d: p * d >= 12)
     result = fewest_gpus_split(evaluate, 16, 1, 1)  # type: ignore[arg-type]
     assert result.split == (3, 4)
-    assert asked[:5] == [(1, 1), (1, 2), (1, 4), (1, 8), (1, 15)]
+    assert asked[:5] == [(1, 15), (1, 7), (1, 11), (1, 13), (1, 12)]
     assert max(p for p, _ in asked) == 5
+
+
+def test_a_prefill_count_whose_most_decode_replicas_miss_costs_one_evaluation() -> None:
+    asked, evaluate = split_counting(lambda p, d: p >= 3 and d >= 2)
+    result = fewest_gpus_split(evaluate, 10, 1, 1)  # type: ignore[arg-type]
+    assert result.split == (3, 2)
+    assert asked[:2] == [(1, 9), (2, 8)]
