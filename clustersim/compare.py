@@ -31,6 +31,9 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("replicas", "autoscaler_mean_replicas_provisioned", 1.0),
     ("GPU-h", "autoscaler_provisioned_gpu_hours", 1.0),
     ("GPU-h saved %", "autoscaler_gpu_hours_saved_frac", 100.0),
+    ("decode wait p99 ms", "disaggregation_decode_wait_s_p99", 1e3),
+    ("link wait p99 ms", "disaggregation_link_wait_s_p99", 1e3),
+    ("KV transfer p99 ms", "disaggregation_transfer_s_p99", 1e3),
     ("TTFT p50 ms", "ttft_p50_s", 1e3),
     ("TTFT p99 ms", "ttft_p99_s", 1e3),
     ("TPOT p50 ms", "tpot_p50_s", 1e3),
@@ -56,7 +59,10 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
 # with a measurement window (the scenario's metrics): how many requests the row's figures are over
 WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
 # shown when asked for by --columns
-DEFAULT_HIDDEN = ("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %", "GPUs", "$/h", "$/M out tok")
+DEFAULT_HIDDEN = (
+    *("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %"),
+    *("decode wait p99 ms", "link wait p99 ms", "KV transfer p99 ms", "GPUs", "$/h", "$/M out tok"),
+)
 
 
 def split_values(text: str) -> list[str]:
@@ -96,13 +102,26 @@ def variant_names(axes: list[tuple[str, list[str]]]) -> list[str]:
 
 
 def _axis_names(axes: list[tuple[str, list[str]]]) -> list[str]:
-    names = []
-    for path, _ in axes:
-        stem = "".join(c if c.isalnum() or c == "_" else "_" for c in path.rsplit(".", 1)[-1])[:30] or "axis"
-        if stem[0].isdigit() or stem in RESERVED_NAMES:
-            stem = f"{stem}_value"
-        names.append(stem)
-    return unique_names(names)
+    """Each axis's name: the last part of its path, or as many last parts as tell it from the others
+    (``cluster.groups.0.count`` and ``cluster.groups.1.count`` are ``groups_0_count`` and ``groups_1_count``)."""
+    paths = [path.split(".") for path, _ in axes]
+    depth = [1] * len(paths)
+
+    def stem(index: int) -> str:
+        text = "_".join(paths[index][-depth[index] :])
+        return "".join(c if c.isalnum() or c == "_" else "_" for c in text)[-30:].strip("_") or "axis"
+
+    while True:
+        names = [stem(i) for i in range(len(paths))]
+        clashing = [
+            i for i, n in enumerate(names) if (names.count(n) > 1 or n[0].isdigit()) and depth[i] < len(paths[i])
+        ]
+        if not clashing:
+            break
+        for i in clashing:
+            depth[i] += 1
+    names = [f"{n}_value" if n[0].isdigit() or n in RESERVED_NAMES else n for n in names]
+    return [name.replace("-", "_") for name in unique_names(names)]
 
 
 def sweep_of(path: Path, vary: Sequence[str], base_overrides: Sequence[str]) -> dict[str, Any]:

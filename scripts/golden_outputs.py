@@ -2,7 +2,8 @@
 
 For each scenario under ``scenarios/`` (the published replays included) and each benchmark case
 at 10k requests, in both simulation modes (fast forward and step by step), this hashes the data
-of ``requests.parquet``, ``steps.parquet``, ``memory.parquet`` and ``itl.parquet`` column by column (Arrow IPC
+of ``requests.parquet``, ``steps.parquet``, ``memory.parquet`` and ``itl.parquet`` (and ``lifecycle.parquet``
+and ``transfers.parquet`` where a run writes them) column by column (Arrow IPC
 bytes, file metadata left out) and keeps the summary figures (``summary.json`` without the event
 count, which measures the simulator rather than the system).
 
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FILE = ROOT / "scripts" / "golden_outputs.json"
 TABLES = ("requests", "steps", "memory", "itl")
+OPTIONAL_TABLES = ("lifecycle", "transfers")  # written by scenarios with faults or an autoscaler, or disaggregated
 BENCH_REQUESTS = 10_000
 
 
@@ -79,7 +81,8 @@ def _run(case: tuple[str, str, bool]) -> tuple[str, dict[str, Any]]:
         except Exception as exc:  # recorded: a scenario that fails is a figure too
             return key, {"error": f"{type(exc).__name__}: {exc}"}
         record: dict[str, Any] = {}
-        for name in TABLES:
+        present = [name for name in OPTIONAL_TABLES if (Path(tmp) / "run" / f"{name}.parquet").exists()]
+        for name in (*TABLES, *present):
             table = pq.read_table(Path(tmp) / "run" / f"{name}.parquet")
             record[name] = {"num_rows": table.num_rows}
             record[name].update({col: _column_hash(table.column(col)) for col in table.column_names})

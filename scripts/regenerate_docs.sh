@@ -70,6 +70,20 @@ clustersim run autoscaled-diurnal --out "$out/autoscaled-diurnal" --quiet
 clustersim report "$out/autoscaled-diurnal" --out "$out/autoscaled-diurnal-figures" \
   && cp "$out/autoscaled-diurnal-figures/lifecycle.png" docs/figures/autoscaled-diurnal.png
 
+# docs/disaggregation.md: links, DistServe's result both ways, the pools' sizes, the KV ledger's figure
+clustersim compare disaggregated --vary disaggregation.link.kind=nvlink,infiniband,roce,pcie \
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,link wait p99 ms,KV transfer p99 ms,SLO met %" \
+  --out "$out/links" --doc docs/disaggregation.md#links
+clustersim plan disagg-long-prompts --out "$out/disagg-long" --doc docs/disaggregation.md#long-prompts
+clustersim plan disagg-short-prompts --out "$out/disagg-short" --doc docs/disaggregation.md#short-prompts
+clustersim compare disaggregated --set workload.tenants.0.arrival.rate_per_s=20 \
+  --vary cluster.groups.0.count=2,3 --vary cluster.groups.1.count=1,2 \
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,decode wait p99 ms,KV transfer p99 ms,SLO met %" \
+  --out "$out/pools" --doc docs/disaggregation.md#pools
+clustersim run disaggregated --out "$out/disaggregated" --quiet
+clustersim report "$out/disaggregated" --out "$out/disaggregated-figures" \
+  && cp "$out/disaggregated-figures/memory.png" docs/figures/disaggregated-memory.png
+
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
 clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published
