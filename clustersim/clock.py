@@ -9,9 +9,11 @@ observable. At one instant, events run in this order:
 2. step ends, by replica index: tokens are emitted and finished requests retire;
 3. replica failures and restarts (:mod:`clustersim.faults`), in scheduling order: a failure keeps
    the steps that ended at its instant, and the arrivals of that instant see the replica down;
-4. SimPy's own events (process starts, interrupts), then arrivals, think times and completions
+4. KV caches handed from prefill to decode replicas and landed there (:mod:`clustersim.disagg`), in
+   scheduling order (the order of the step ends and plans that started them: the same in both modes);
+5. SimPy's own events (process starts, interrupts), then arrivals, think times and completions
    (SimPy's ``NORMAL`` priority, in scheduling order: their times do not depend on the mode);
-5. plans, by replica index: each replica decides its next step having seen every arrival and
+6. plans, by replica index: each replica decides its next step having seen every arrival and
    every step end of the instant.
 
 Timers are scheduled at absolute times (``now + (t - now)`` can round away from ``t``), so a

@@ -82,7 +82,7 @@ clustersim compare disaggregated --set workload.tenants.0.arrival.rate_per_s=20 
   --out "$out/pools" --doc docs/disaggregation.md#pools
 clustersim run disaggregated --out "$out/disaggregated" --quiet
 clustersim report "$out/disaggregated" --out "$out/disaggregated-figures" \
-  && cp "$out/disaggregated-figures/memory.png" docs/figures/disaggregated-memory.png
+  && cp "$out/disaggregated-figures/kv_memory.png" docs/figures/disaggregated-memory.png
 
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels

@@ -47,7 +47,25 @@ LIFECYCLE_FIELDS = (
     "autoscaler.scale_down_window_s",
     "autoscaler.tolerance_frac",
 )
-CASES = [((), field) for field in FIELDS] + [(LIFECYCLE_BASE, field) for field in LIFECYCLE_FIELDS]
+# disaggregation's fields, over a prefill and a decode replica
+DISAGG_BASE = (
+    "cluster.groups=[{count: 1, role: prefill}, {count: 1, role: decode}]",
+    "disaggregation={link: {kind: infiniband}, decode_router: {kind: least_kv}}",
+)
+DISAGG_FIELDS = (
+    "cluster.groups.0.role",
+    "cluster.groups.1.count",
+    "disaggregation.link.kind",
+    "disaggregation.link.bandwidth_bytes_per_s",
+    "disaggregation.link.latency_s",
+    "disaggregation.link.efficiency_frac",
+    "disaggregation.decode_router",
+)
+CASES = (
+    [((), field) for field in FIELDS]
+    + [(LIFECYCLE_BASE, field) for field in LIFECYCLE_FIELDS]
+    + [(DISAGG_BASE, field) for field in DISAGG_FIELDS]
+)
 
 
 @pytest.mark.parametrize("value", VALUES)
@@ -61,6 +79,7 @@ def test_hostile_value_is_answered_in_one_line(
     out = hostile_dir / "out"
     if result.exit_code == 0:
         assert (out / "summary.json").is_file() and not (out / "INCOMPLETE").exists()
-        assert (out / "lifecycle.parquet").is_file() == bool(base)
+        assert (out / "lifecycle.parquet").is_file() == (base is LIFECYCLE_BASE)
+        assert (out / "transfers.parquet").is_file() == (base is DISAGG_BASE)
     else:
         assert not out.exists()  # nothing is written for a scenario that cannot run

@@ -147,3 +147,41 @@ def test_a_plan_judged_by_the_share_of_requests_meeting_the_targets(plan_dir: Pa
     assert all(share >= 0.95 for share in shares[count])
     if count > 1:
         assert any(share < 0.95 for share in shares[count - 1])
+
+
+SPLIT_PLAN = """\
+name: split
+base: tiny.yaml
+traffic: {rate_per_s: 60}
+slo: {ttft_s: 0.1, percentile: 90}
+seeds: 2
+replicas: {min: 1, max: 8}
+options:
+  - {name: co-located, set: {}}
+  - name: split
+    set:
+      cluster.groups: [{count: 1, role: prefill}, {count: 1, role: decode}]
+      disaggregation: {link: {kind: nvlink}}
+prices_usd_per_gpu_hour: {H100-SXM: 2.0}
+"""
+
+
+def test_a_disaggregated_option_is_answered_with_the_cheapest_split_meeting_the_slo(plan_dir: Path) -> None:
+    (plan_dir / "split.yaml").write_text(SPLIT_PLAN, encoding="utf-8")
+    result = run_plan_spec(load_plan(plan_dir / "split.yaml"), plan_dir / "tiny.yaml", plan_dir / "out", jobs=2)
+    answers = {a.option.name: a for a in result.answers}
+    split = answers["split"].replicas.split
+    assert split is not None and answers["split"].replicas.num_replicas == sum(split)
+    evaluations = {e.split: e.met for e in answers["split"].evaluations}
+    assert evaluations[split]
+    p, d = split
+    # one replica fewer in either pool misses (where that split was tried), so the answer is on the frontier
+    assert evaluations.get((p - 1, d), False) is False and evaluations.get((p, d - 1), False) is False
+    # every split that met costs at least as many GPUs (one GPU each here)
+    assert all(sum(s) >= p + d for s, met in evaluations.items() if met)
+    table = pq.read_table(plan_dir / "out" / "plan.parquet").to_pylist()
+    row = next(r for r in table if r["option"] == "split")
+    assert (row["num_prefill_replicas"], row["num_decode_replicas"], row["num_gpus"]) == (p, d, p + d)
+    assert f"{p} prefill + {d} decode" in (plan_dir / "out" / "plan.md").read_text()
+    colocated = next(r for r in table if r["option"] == "co-located")
+    assert colocated["num_prefill_replicas"] is None
