@@ -22,6 +22,8 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path):
     overrides = []
     if raw.get("stop", {}).get("max_requests", 0) > 300:
         overrides.append("stop.max_requests=300")
+        if "metrics" in raw:  # a window sized for the whole run may leave nothing of 300 requests
+            overrides.append("metrics={}")
     if raw.get("stop", {}).get("horizon_s", 0) > 600:  # the autoscaled day: its first start is at ~500 s
         overrides.append("stop.horizon_s=600")
     result = run_scenario(load_scenario(path, overrides), tmp_path)
