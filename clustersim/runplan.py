@@ -34,6 +34,7 @@ from clustersim.kvcache import ALLOCATORS, KVManager, KVSpec
 from clustersim.kvcache.sequence import Reservation, Reserve
 from clustersim.replica.batching import POLICIES, BatchingPolicy, StepLimits
 from clustersim.replica.core import ReplicaSpec
+from clustersim.specplan import NO_PROPOSER, Proposer, proposer, speculative_cost
 
 GIB = 2.0**30
 
@@ -234,23 +235,38 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
         raise ConfigError(
             source, "kv.preemption", f"swap needs a PCIe bandwidth, which the {gpu.name} profile does not give"
         )
-    num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from)
+    spec = scenario.speculative
+    found = proposer(spec, model, tp, pp, catalogue, source) if spec is not None else NO_PROPOSER
+    num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from, found)
     cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
+    if spec is not None:
+        cost_model = speculative_cost(spec, cost_model, found, gpu, tp)
     kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
     return GroupPlan(
         where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model, group.role
     )
 
 
-def kv_blocks(scenario: Scenario, model: ModelShape, gpu: GpuSpec, tp: int, pp: int, source: str, where: str) -> int:
-    """KV blocks per replica: what the GPU memory left by weights and activations holds, unless fixed."""
+def kv_blocks(
+    scenario: Scenario,
+    model: ModelShape,
+    gpu: GpuSpec,
+    tp: int,
+    pp: int,
+    source: str,
+    where: str,
+    draft: Proposer = NO_PROPOSER,
+) -> int:
+    """KV blocks per replica: what the GPU memory left by weights and activations holds, unless fixed.
+    A speculative ``draft`` model's weights come off the memory first, and its KV cache (a token for
+    each of the target's) shares the rest in proportion to their bytes per token."""
     kv = scenario.kv
     usable = gpu.memory_bytes * kv.gpu_memory_frac
-    weights = weight_bytes_per_gpu(model, tp, pp)
+    weights = weight_bytes_per_gpu(model, tp, pp) + draft.weight_bytes_per_gpu
     block = kv_bytes_per_token_per_gpu(model, tp, pp) * kv.block_size_tokens
     layout = f"tensor_parallel {tp}" + (f" x pipeline_parallel {pp}" if pp > 1 else "")
     memory = f"{usable / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)"
-    if kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp) < 1:
+    if kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, draft.weight_bytes_per_gpu) < 1:
         raise ConfigError(
             source,
             f"{where}.tensor_parallel",
@@ -263,7 +279,12 @@ def kv_blocks(scenario: Scenario, model: ModelShape, gpu: GpuSpec, tp: int, pp: 
     batched = scenario.scheduler.max_num_batched_tokens
     activations = activation_reserve_bytes(model, tp, batched)
     reserve = max(0.0, activations - gpu.memory_bytes * (1.0 - kv.gpu_memory_frac))
-    num_blocks = kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, reserve)
+    num_blocks = kv_capacity_blocks(
+        model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, reserve + draft.weight_bytes_per_gpu
+    )
+    if draft.kv_bytes_per_token_per_gpu and num_blocks > 0:
+        target_kv = kv_bytes_per_token_per_gpu(model, tp, pp)
+        num_blocks = math.floor(num_blocks * target_kv / (target_kv + draft.kv_bytes_per_token_per_gpu))
     if kv.num_blocks is not None:
         return kv.num_blocks
     if num_blocks < 1:

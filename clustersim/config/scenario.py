@@ -22,6 +22,7 @@ from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
+from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics
 from clustersim.config.workload import (
     Tenant,
@@ -315,6 +316,7 @@ class Scenario(StrictModel):
     faults: Faults | None = None
     autoscaler: Autoscaler | None = None
     disaggregation: Disaggregation | None = None
+    speculative: Speculative | None = None
 
     @property
     def moves_replicas(self) -> bool:

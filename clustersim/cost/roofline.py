@@ -361,6 +361,42 @@ class RooflineCostModel:
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)
 
+    def verify_step_shape(self, num_seqs: int, tokens_per_seq: int) -> DecodeStepShape:
+        """A step in which each of ``num_seqs`` sequences computes ``tokens_per_seq`` tokens against its
+        context: speculative decoding's verify step (the k drafted tokens and one more). Every op but
+        attention is priced for ``num_seqs x tokens_per_seq`` tokens (the LM head included: each
+        position's logits are checked); attention reads each sequence's KV cache once, for
+        ``tokens_per_seq`` times the FLOPs. Host time: the step's, per-sequence work for each
+        sequence, sampling for every position. ``tokens_per_seq == 1`` is :meth:`decode_step_shape`."""
+        if tokens_per_seq == 1:
+            return self.decode_step_shape(num_seqs)
+        tokens = num_seqs * tokens_per_seq
+        empty = self.price(StepBatch(num_decode_seqs=tokens))
+        model, gpu = self.model, self.gpu
+        layers = model.num_layers
+        engine = gpu.engine
+        graphed = tokens <= engine.cuda_graph_max_seqs
+        launch_s = engine.launch_overhead_per_layer_graph_s if graphed else engine.launch_overhead_per_layer_eager_s
+        host_s = (
+            gpu.step_overhead_s
+            + num_seqs * engine.per_seq_overhead_s
+            + tokens * engine.sampling_per_seq_s
+            + layers * launch_s
+        )
+        gpu_s = sum(op.time_s for op in empty.ops if op.name not in ("overhead", "attention_decode"))
+        overlap = engine.host_overlap_frac
+        fixed_s = (1.0 - overlap) * host_s + gpu_s + layers * gpu.decode_attention_latency_s
+        work0 = decode_attention_work(num_seqs, 0, model, self.tensor_parallel)
+        work1 = decode_attention_work(num_seqs, 1, model, self.tensor_parallel)
+        flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, gpu)
+        piece = (
+            layers * tokens_per_seq * work0.flops / flops_per_s,
+            layers * tokens_per_seq * (work1.flops - work0.flops) / flops_per_s,
+            layers * work0.bytes / bytes_per_s,
+            layers * (work1.bytes - work0.bytes) / bytes_per_s,
+        )
+        return DecodeStepShape(fixed_s, (piece,), host_s if overlap > 0.0 else 0.0)
+
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
         """Every op but decode attention is independent of context; decode attention is, per layer,
         ``latency + max(compute(C), memory(C))`` with both affine in ``C`` for a fixed ``num_seqs``."""

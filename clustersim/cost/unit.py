@@ -18,3 +18,6 @@ class UnitCostModel:
 
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
         return DecodeStepShape(self.step_time_s)
+
+    def verify_step_shape(self, num_seqs: int, tokens_per_seq: int) -> DecodeStepShape:
+        return DecodeStepShape(self.step_time_s)
