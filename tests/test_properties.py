@@ -141,7 +141,20 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "_faults": draw(st.one_of(st.none(), st.none(), faults())),
         "_autoscaler": draw(st.one_of(st.none(), st.none(), autoscalers())),
         "_disagg": draw(st.one_of(st.none(), st.none(), disaggregations())),
+        "speculative": draw(st.one_of(st.none(), st.none(), speculative())),
     }
+
+
+@st.composite
+def speculative(draw: st.DrawFn) -> dict[str, Any]:
+    """Speculative decoding with any proposer (a draft model of the target's own family)."""
+    kind = draw(st.sampled_from(["ngram", "eagle", "draft_model"]))
+    drawn = {
+        "kind": kind,
+        "num_speculative_tokens": draw(st.integers(1, 5)),
+        "acceptance_rate": draw(st.sampled_from([0.0, 0.3, 0.8, 1.0])),
+    }
+    return {**drawn, "draft_model": "Llama-3.1-8B"} if kind == "draft_model" else drawn
 
 
 @st.composite
