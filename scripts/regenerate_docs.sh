@@ -84,6 +84,12 @@ clustersim run disaggregated --out "$out/disaggregated" --quiet
 clustersim report "$out/disaggregated" --out "$out/disaggregated-figures" \
   && cp "$out/disaggregated-figures/kv_memory.png" docs/figures/disaggregated-memory.png
 
+# docs/speculative.md: ITL with and without speculative decoding from one user to many
+clustersim compare speculative-decoding --set speculative=null --vary workload.tenants.0.arrival.num_users=1,8,32,128,256 \
+  --columns "ITL p50 ms,TPOT p50 ms,TTFT p50 ms,out tok/s" --out "$out/no-spec" --doc docs/speculative.md#no-speculation
+clustersim compare speculative-decoding --vary workload.tenants.0.arrival.num_users=1,8,32,128,256 \
+  --columns "ITL p50 ms,TPOT p50 ms,TTFT p50 ms,out tok/s" --out "$out/eagle" --doc docs/speculative.md#eagle
+
 # docs/validation.md: kernels and published serving results
 clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
 clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published
