@@ -61,8 +61,16 @@ DISAGG_FIELDS = (
     "disaggregation.link.efficiency_frac",
     "disaggregation.decode_router",
 )
+# speculative decoding's fields, over an EAGLE head and over a draft model
+SPEC_BASE = ("speculative={kind: eagle, num_speculative_tokens: 3, acceptance_rate: 0.8}",)
+DRAFT_BASE = (
+    "speculative={kind: draft_model, draft_model: Llama-3.1-8B, num_speculative_tokens: 3, acceptance_rate: 0.8}",
+)
+SPEC_FIELDS = ("speculative.kind", "speculative.num_speculative_tokens", "speculative.acceptance_rate")
 CASES = (
     [((), field) for field in FIELDS]
+    + [(SPEC_BASE, field) for field in SPEC_FIELDS]
+    + [(DRAFT_BASE, "speculative.draft_model")]
     + [(LIFECYCLE_BASE, field) for field in LIFECYCLE_FIELDS]
     + [(DISAGG_BASE, field) for field in DISAGG_FIELDS]
 )
