@@ -34,6 +34,8 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("decode wait p99 ms", "disaggregation_decode_wait_s_p99", 1e3),
     ("link wait p99 ms", "disaggregation_link_wait_s_p99", 1e3),
     ("KV transfer p99 ms", "disaggregation_transfer_s_p99", 1e3),
+    ("prefill busy %", "disaggregation_prefill_pool_mean_busy_frac", 100.0),
+    ("decode busy %", "disaggregation_decode_pool_mean_busy_frac", 100.0),
     ("TTFT p50 ms", "ttft_p50_s", 1e3),
     ("TTFT p99 ms", "ttft_p99_s", 1e3),
     ("TPOT p50 ms", "tpot_p50_s", 1e3),
@@ -61,7 +63,8 @@ WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
 # shown when asked for by --columns
 DEFAULT_HIDDEN = (
     *("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %"),
-    *("decode wait p99 ms", "link wait p99 ms", "KV transfer p99 ms", "GPUs", "$/h", "$/M out tok"),
+    *("decode wait p99 ms", "link wait p99 ms", "KV transfer p99 ms", "prefill busy %", "decode busy %"),
+    *("GPUs", "$/h", "$/M out tok"),
 )
 
 

@@ -37,7 +37,7 @@ from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.requeststats import RequestTotals
 from clustersim.runplan import RunPlan, plan_run
 from clustersim.sim import simulate
-from clustersim.transferstats import check_transfers, read_transfers, transfers_summary
+from clustersim.transferstats import check_transfers, pool_summary, read_transfers, transfers_summary
 from clustersim.workload.traces import TenantData, load_workload_data
 from clustersim.workload.window import ArrivalWindow, resolve_window
 
@@ -142,7 +142,14 @@ def _run_into(
         if plan.scenario.autoscaler is not None:
             summary["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
     if transfers is not None:
-        summary["disaggregation"] = transfers_summary(transfers, summary["makespan_s"])
+        roles = [group.role for group in plan.replica_groups()]
+        summary["disaggregation"] = {
+            **transfers_summary(transfers, summary["makespan_s"]),
+            **pool_summary(summary["replicas"]["per_replica"], roles),
+        }
+    if plan.scenario.speculative is not None:
+        spec = plan.scenario.speculative
+        summary["speculative"] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()

@@ -78,3 +78,22 @@ def check_transfers(transfers: pa.Table, requests: pa.Table, roles: list[str]) -
     if np.any(served & (landed_on != replica)):
         problems.append("a request was decoded on another replica than its KV cache landed on")
     return problems
+
+
+def pool_summary(per_replica: list[dict[str, Any]], roles: list[str]) -> dict[str, Any]:
+    """Each pool's size and how busy its replicas were (means over them; a replica that never ran a
+    step has no batch size and is left out of that mean): what sizes the split."""
+
+    def mean(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return sum(known) / len(known) if known else None
+
+    pools: dict[str, Any] = {}
+    for role in ("prefill", "decode"):
+        rows = [row for row in per_replica if roles[row["replica"]] == role]
+        pools[f"{role}_pool"] = {
+            "num_replicas": len(rows),
+            "mean_busy_frac": mean([row["busy_frac"] for row in rows]),
+            "mean_batch_seqs": mean([row["mean_batch_seqs"] for row in rows]),
+        }
+    return pools

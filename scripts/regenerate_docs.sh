@@ -78,7 +78,7 @@ clustersim plan disagg-long-prompts --out "$out/disagg-long" --doc docs/disaggre
 clustersim plan disagg-short-prompts --out "$out/disagg-short" --doc docs/disaggregation.md#short-prompts
 clustersim compare disaggregated --set workload.tenants.0.arrival.rate_per_s=20 \
   --vary cluster.groups.0.count=2,3 --vary cluster.groups.1.count=1,2 \
-  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,decode wait p99 ms,KV transfer p99 ms,SLO met %" \
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,decode wait p99 ms,prefill busy %,decode busy %,SLO met %" \
   --out "$out/pools" --doc docs/disaggregation.md#pools
 clustersim run disaggregated --out "$out/disaggregated" --quiet
 clustersim report "$out/disaggregated" --out "$out/disaggregated-figures" \

@@ -71,6 +71,9 @@ def test_two_requests_prefill_move_and_decode_on_their_own_pools(run_mapping: Ru
     assert (moved["num_transfers"], moved["kv_transferred_bytes"]) == (2, 30 * KV_BYTES_PER_TOKEN)
     assert moved["link_wait_s"]["max"] == 1.0
     assert moved["transfer_s"]["max"] == 2.5
+    # busy: the prefill replica for 2 of its 6.5 s, the decode replica for 3 of them
+    assert moved["prefill_pool"] == {"num_replicas": 1, "mean_busy_frac": 2 / 6.5, "mean_batch_seqs": 1.0}
+    assert moved["decode_pool"]["mean_busy_frac"] == pytest.approx(3 / 6.5)
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])

@@ -96,9 +96,11 @@ def test_unit_cost_decode_steps_take_a_token_share_of_a_verify_cycle(run_mapping
     # the 4 decode steps take 1 / 1.5 s each: the last token at 1 + 4 x 2/3 s
     raw = spec_scenario(acceptance_rate=0.5)
     raw["simulation"] = {"fast_forward": fast_forward}
-    (request,) = read_requests(run_mapping(raw))
+    result = run_mapping(raw)
+    (request,) = read_requests(result)
     assert request["first_token_at_s"] == 1.0
     assert request["finished_at_s"] == pytest.approx(1.0 + 4 / 1.5, rel=1e-12)
+    assert result.summary["speculative"]["tokens_per_verify_step"] == 1.5
 
 
 @pytest.mark.parametrize(
