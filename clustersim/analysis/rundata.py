@@ -124,11 +124,27 @@ class RunData:
 
     @property
     def replicas(self) -> list[int]:
-        """Replica indices: all configured replicas if the scenario says how many, else those that ran steps."""
-        num_replicas = (self.scenario.get("cluster") or {}).get("num_replicas")
+        """Replica indices: all configured replicas if the scenario says how many (its groups' counts, or
+        ``num_replicas``), else those that ran steps."""
+        cluster = self.scenario.get("cluster") or {}
+        groups = cluster.get("groups") or []
+        counts = [group.get("count") for group in groups if isinstance(group, dict)]
+        whole = [count for count in counts if isinstance(count, int)]
+        num_replicas = sum(whole) if whole and len(whole) == len(counts) else cluster.get("num_replicas")
         if isinstance(num_replicas, int) and num_replicas > 0:
             return list(range(num_replicas))
         return sorted(int(r) for r in self.steps["replica"].unique())
+
+    def replica_label(self, replica: int) -> str:
+        """``replica N``, with its role in a disaggregated cluster (``replica 2 (decode)``)."""
+        roles = [
+            str(group.get("role", "both"))
+            for group in (self.scenario.get("cluster") or {}).get("groups") or []
+            if isinstance(group, dict) and isinstance(group.get("count"), int)
+            for _ in range(group["count"])
+        ]
+        role = roles[replica] if replica < len(roles) else "both"
+        return f"replica {replica}" if role == "both" else f"replica {replica} ({role})"
 
     @property
     def makespan_s(self) -> float:

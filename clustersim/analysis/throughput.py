@@ -89,7 +89,7 @@ def _draw_rates(ax: Axes, run: RunData, edges_s: FloatArray) -> None:
     if 1 < len(replicas) <= MAX_REPLICA_LINES:
         for replica, color in zip(replicas, colors(len(replicas)), strict=True):
             rate = tokens_per_s(run, edges_s, replica)
-            ax.stairs(rate, edges_s, color=color, lw=1.0, alpha=0.8, label=f"replica {replica}")
+            ax.stairs(rate, edges_s, color=color, lw=1.0, alpha=0.8, label=run.replica_label(replica))
     ax.stairs(tokens_per_s(run, edges_s), edges_s, color="0.15", lw=1.8, label="cluster total")
     makespan_s = run.makespan_s
     mean_tokens_per_s = float(run.emitted_tokens().sum()) / makespan_s if makespan_s > 0 else 0.0

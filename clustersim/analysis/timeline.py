@@ -128,7 +128,7 @@ def plot_timeline(run: RunData, max_raw_rows: int = MAX_RAW_ROWS, num_bins: int 
         for replica, color in zip(replicas, colors(len(replicas)), strict=True):
             rows = steps[steps["replica"] == replica]
             if len(rows):
-                _draw_replica(axes, signals_drawn, rows, edges_s, color, f"replica {replica}", queue_edges_s)
+                _draw_replica(axes, signals_drawn, rows, edges_s, color, run.replica_label(replica), queue_edges_s)
     _label_axes(axes, signals_drawn, steps, binned=edges_s is not None, queue_binned=len(steps) > num_bins)
     axes[-1].set_xlim(0, makespan_s if makespan_s > 0 else 1.0)
     if steps.empty:
