@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clustersim import __version__
@@ -124,36 +125,57 @@ def _run_into(
         measured_logs = (measured.gaps, measured.requests) if measured is not None else None
         lifecycle = read_lifecycle(out_dir / "lifecycle.parquet") if plan.scenario.moves_replicas else None
         check_run(requests, steps, plan.scenario, ends, memory, gaps, measured_logs, lifecycle)
-        transfers = read_transfers(out_dir / "transfers.parquet") if plan.scenario.disaggregated else None
-        if transfers is not None:
-            roles = [group.role for group in plan.replica_groups()]
-            problems = check_transfers(transfers, pq.read_table(out_dir / "requests.parquet"), roles)
-            if problems:
-                raise InvariantViolation("clustersim broke its transfer invariants (a bug): " + "; ".join(problems))
+        transfers = checked_transfers(plan, out_dir)
     except InvariantViolation as exc:
         incomplete.write_text(f"this run broke an invariant; its files are kept for the bug report: {exc}\n")
         exc.out_dir = out_dir
         raise
     summary = summarize_run(plan, requests, steps, memory, gaps, measured)
-    if lifecycle is not None:
-        gpus = [group.tensor_parallel * group.pipeline_parallel for group in plan.replica_groups()]
-        if plan.scenario.faults is not None:
-            summary["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
-        if plan.scenario.autoscaler is not None:
-            summary["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
-    if transfers is not None:
-        roles = [group.role for group in plan.replica_groups()]
-        summary["disaggregation"] = {
-            **transfers_summary(transfers, summary["makespan_s"]),
-            **pool_summary(summary["replicas"]["per_replica"], roles),
-        }
-    if plan.scenario.speculative is not None:
-        spec = plan.scenario.speculative
-        summary["speculative"] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
+    summary.update(design_blocks(plan, summary, requests, lifecycle, transfers))
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()
     return RunResult(out_dir, summary)
+
+
+def checked_transfers(plan: RunPlan, out_dir: Path) -> pa.Table | None:
+    """A disaggregated run's ``transfers.parquet``, its invariants checked (None for other runs)."""
+    if not plan.scenario.disaggregated:
+        return None
+    transfers = read_transfers(out_dir / "transfers.parquet")
+    roles = [group.role for group in plan.replica_groups()]
+    problems = check_transfers(transfers, pq.read_table(out_dir / "requests.parquet"), roles)
+    if problems:
+        raise InvariantViolation("clustersim broke its transfer invariants (a bug): " + "; ".join(problems))
+    return transfers
+
+
+def design_blocks(
+    plan: RunPlan,
+    summary: dict[str, Any],
+    requests: RequestTotals,
+    lifecycle: list[dict[str, Any]] | None,
+    transfers: pa.Table | None,
+) -> dict[str, Any]:
+    """The summary's blocks of the scenario's optional designs: ``faults``, ``autoscaler``,
+    ``disaggregation``, ``speculative``."""
+    scenario, blocks = plan.scenario, {}
+    groups = plan.replica_groups()
+    if lifecycle is not None:
+        gpus = [group.tensor_parallel * group.pipeline_parallel for group in groups]
+        if scenario.faults is not None:
+            blocks["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
+        if scenario.autoscaler is not None:
+            blocks["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
+    if transfers is not None:
+        blocks["disaggregation"] = {
+            **transfers_summary(transfers, summary["makespan_s"]),
+            **pool_summary(summary["replicas"]["per_replica"], [group.role for group in groups]),
+        }
+    if scenario.speculative is not None:
+        spec = scenario.speculative
+        blocks["speculative"] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
+    return blocks
 
 
 def measured_requests(out_dir: Path, window: ArrivalWindow, requests: RequestTotals) -> Measured:

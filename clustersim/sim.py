@@ -102,6 +102,26 @@ def start_lifecycle(
     return lifecycle
 
 
+def start_traffic(
+    plan: RunPlan,
+    clock: Clock,
+    workload_data: dict[str, TenantData],
+    window: ArrivalWindow | None,
+    dispatch: Callable[[Request], None],
+    completions: Completions,
+) -> Traffic:
+    """The tenants' arrival processes, started, sending each arrival to ``dispatch``."""
+    scenario = plan.scenario
+    budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
+    if window is not None:
+        budget.marks = WindowMarks(window)
+    traffic = Traffic(
+        clock, scenario.seed, workload_data, budget, dispatch, completions, scenario.kv.prefix_block_tokens
+    )
+    start_workload(traffic, scenario.workload.tenants)
+    return traffic
+
+
 def simulate(
     plan: RunPlan,
     log: RunLog,
@@ -145,15 +165,8 @@ def simulate(
             request.status, request.reject_reason = "rejected", "no replica was up"
             on_final(request)
 
-    budget = RequestBudget(scenario.stop.max_requests, scenario.stop.horizon_s)
-    if window is not None:
-        budget.marks = WindowMarks(window)
     moving = scenario.moves_replicas
-    traffic = Traffic(
-        clock, scenario.seed, workload_data, budget, dispatch_up if moving else dispatch, completions,
-        scenario.kv.prefix_block_tokens,
-    )  # fmt: skip
-    start_workload(traffic, scenario.workload.tenants)
+    traffic = start_traffic(plan, clock, workload_data, window, dispatch_up if moving else dispatch, completions)
     if moving:
         lifecycle = start_lifecycle(plan, clock, replicas, make, on_final, traffic)
         lifecycle.dispatch = dispatch_up
@@ -163,10 +176,7 @@ def simulate(
             clock.run(until=clock.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then
         else:
             clock.run()
-    for replica in replicas:
-        for request in replica.stop():
-            log.record_request(request)
-    if transfers is not None:
-        for request in transfers.close():
-            log.record_request(request)
+    in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
+    for request in [*(r for replica in replicas for r in replica.stop()), *in_flight]:
+        log.record_request(request)
     return replicas
