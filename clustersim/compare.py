@@ -111,8 +111,8 @@ def _axis_names(axes: list[tuple[str, list[str]]]) -> list[str]:
     depth = [1] * len(paths)
 
     def stem(index: int) -> str:
-        text = "_".join(paths[index][-depth[index] :])
-        return "".join(c if c.isalnum() or c == "_" else "_" for c in text)[-30:].strip("_") or "axis"
+        text = "".join(c if c.isalnum() or c == "_" else "_" for c in "_".join(paths[index][-depth[index] :]))
+        return (text[:30] if depth[index] == 1 else text[-30:].strip("_")) or "axis"
 
     while True:
         names = [stem(i) for i in range(len(paths))]
