@@ -26,13 +26,14 @@ from clustersim.plans.search import (
     Evaluation,
     ReplicaAnswer,
     SplitEvaluate,
-    fewest_gpus_split,
+    cheapest_split,
     fewest_replicas,
     highest_rate,
 )
 from clustersim.plans.spec import PlanOption, PlanSpec
 from clustersim.plans.table import evaluations_table, format_plan_markdown, plan_table
 from clustersim.plans.traffic import offered_rate_per_s, rate_overrides
+from clustersim.runplan import GroupPlan, plan_run
 from clustersim.sweeps.backends import BackendName
 from clustersim.sweeps.execute import run_sweep
 from clustersim.sweeps.points import override
@@ -90,10 +91,12 @@ class Runner:
 
     def split_evaluator(
         self, option: PlanOption, base_rate_per_s: float, target_rate_per_s: float
-    ) -> tuple[SplitEvaluate, int, int]:
+    ) -> tuple[SplitEvaluate, float, float]:
         """The evaluation of a disaggregated ``option`` at (prefill, decode) replica counts and a factor
-        of the target rate; and the GPUs of one prefill and of one decode replica."""
-        scenario = load_scenario(self.base_path, self._shared(option)).scenario
+        of the target rate; and the weight of one prefill and of one decode replica: its price per hour
+        (the plan's prices, else each GPU profile's), or its GPUs if either pool's GPU has no price."""
+        loaded = load_scenario(self.base_path, self._shared(option))
+        scenario = loaded.scenario
         groups = scenario.cluster.resolved_groups()
         if len(groups) != 2:
             raise ConfigError(
@@ -101,7 +104,10 @@ class Runner:
                 "a disaggregated option needs one prefill group and one decode group (the plan searches their counts)",
             )  # fmt: skip
         index = {group.role: i for i, group in enumerate(groups)}
-        gpus = {group.role: group.tensor_parallel * group.pipeline_parallel for group in groups}
+        try:
+            weights = self._replica_weights(plan_run(loaded).groups)
+        except ConfigError:  # the option cannot run: its evaluations say why
+            weights = {group.role: float(group.tensor_parallel * group.pipeline_parallel) for group in groups}
 
         def evaluate(num_prefill: int, num_decode: int, factor: float) -> Evaluation:
             counts = {f"cluster.groups.{index['prefill']}.count": num_prefill,
@@ -110,7 +116,14 @@ class Runner:
             return self._evaluate(option, scenario, counts, (num_prefill, num_decode),
                                   target_rate_per_s / base_rate_per_s, factor, target_rate_per_s * factor)  # fmt: skip
 
-        return evaluate, gpus["prefill"], gpus["decode"]
+        return evaluate, weights["prefill"], weights["decode"]
+
+    def _replica_weights(self, groups: tuple[GroupPlan, ...]) -> dict[str, float]:
+        prices = {g.role: self.spec.prices_usd_per_gpu_hour.get(g.gpu.name, g.gpu.hourly_price_usd) for g in groups}
+        gpus = {g.role: float(g.tensor_parallel * g.pipeline_parallel) for g in groups}
+        if any(price is None for price in prices.values()):
+            return gpus
+        return {role: gpus[role] * (prices[role] or 0.0) for role in gpus}
 
     def _evaluate(
         self,
@@ -222,8 +235,8 @@ def _answer(runner: Runner, option: PlanOption, base_rate: float, target_rate: f
     bounds = runner.spec.replicas
     evaluate: Callable[[int, float], Evaluation]
     if runner.disaggregated(option):
-        split_evaluate, prefill_gpus, decode_gpus = runner.split_evaluator(option, base_rate, target_rate)
-        replicas = fewest_gpus_split(split_evaluate, bounds.max, prefill_gpus, decode_gpus)
+        split_evaluate, prefill_weight, decode_weight = runner.split_evaluator(option, base_rate, target_rate)
+        replicas = cheapest_split(split_evaluate, bounds.max, prefill_weight, decode_weight)
         split = replicas.split or (0, 0)
 
         def at_split(num_replicas: int, factor: float) -> Evaluation:  # the answer's split at other rates

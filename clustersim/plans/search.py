@@ -9,10 +9,11 @@ evaluations instead of every count. Rate: from the target (which the answer meet
 ``tolerance_frac``. An evaluation is one point of a sweep, every seed, and is remembered, so a
 plan run again reuses all of them.
 
-A disaggregated option has two counts, prefill and decode replicas, and the answer is the split
-with the fewest GPUs (:func:`fewest_gpus_split`): the least decode count meeting the SLO can only
-fall as the prefill count grows, so the search walks that frontier once, prefill count by prefill
-count, bisecting each time below the decode count the previous one needed.
+A disaggregated option has two counts, prefill and decode replicas, and the answer is the cheapest
+split (:func:`cheapest_split`: by price per hour, or by GPUs where a price is unknown): the least
+decode count meeting the SLO can only fall as the prefill count grows, so the search walks that
+frontier once, prefill count by prefill count, bisecting each time below the decode count the
+previous one needed.
 """
 
 from __future__ import annotations
@@ -113,15 +114,16 @@ def highest_rate(
     return met, seen
 
 
-def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, decode_gpus: int) -> ReplicaAnswer:
-    """The (prefill, decode) split with the fewest GPUs meeting the SLO at the target rate, with at most
-    ``high`` replicas in all; ties go to the fewer prefill replicas.
+def cheapest_split(evaluate: SplitEvaluate, high: int, prefill_weight: float, decode_weight: float) -> ReplicaAnswer:
+    """The (prefill, decode) split of the least weight meeting the SLO at the target rate, with at most
+    ``high`` replicas in all; ties go to the fewer prefill replicas. A replica's weight is its price
+    per hour (or its GPUs where a price is unknown).
 
     For each prefill count p (from 1): whether the most decode replicas it may have meet the SLO
     (if not, more prefill replicas may be what it needs), then the least decode count meeting it,
     bisecting below that most, which for every p after the first is the least count the previous
     p needed (it meets at p too: more prefill never hurts). It stops once p prefill replicas and one
-    decode replica cost as many GPUs as the best split found.
+    decode replica weigh as much as the best split found.
     """
     seen: list[Evaluation] = []
     judged: dict[tuple[int, int], Evaluation] = {}
@@ -132,10 +134,10 @@ def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, dec
             seen.append(judged[p, d])
         return judged[p, d]
 
-    best: tuple[int, int, int] | None = None  # (GPUs, prefill, decode)
+    best: tuple[float, int, int] | None = None  # (weight, prefill, decode)
     cap: int | None = None  # the least decode count the previous prefill count needed
     for p in range(1, high):
-        if best is not None and p * prefill_gpus + decode_gpus >= best[0]:
+        if best is not None and p * prefill_weight + decode_weight >= best[0]:
             break
         met = high - p if cap is None else min(cap, high - p)
         if met < 1:
@@ -154,9 +156,9 @@ def fewest_gpus_split(evaluate: SplitEvaluate, high: int, prefill_gpus: int, dec
                 return ReplicaAnswer(None, seen, result.error)
             met, missed = (middle, missed) if result.met else (met, middle)
         cap = met
-        gpus = p * prefill_gpus + met * decode_gpus
-        if best is None or gpus < best[0]:
-            best = (gpus, p, met)
+        weight = p * prefill_weight + met * decode_weight
+        if best is None or weight < best[0]:
+            best = (weight, p, met)
     if best is None:
         return ReplicaAnswer(None, seen, f"no split of up to {high} replicas meets the SLO")
     _, p, d = best

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.plans.search import Evaluation, fewest_gpus_split, fewest_replicas, highest_rate
+from clustersim.plans.search import Evaluation, cheapest_split, fewest_replicas, highest_rate
 
 
 def counting(needed: int, error_at: int | None = None) -> tuple[list[int], object]:
@@ -101,11 +101,9 @@ FRONTIERS = [
 
 @pytest.mark.parametrize("meets", FRONTIERS)
 @pytest.mark.parametrize(("prefill_gpus", "decode_gpus"), [(1, 1), (2, 1), (1, 4)])
-def test_fewest_gpus_split_finds_what_every_split_tried_would(
-    meets: object, prefill_gpus: int, decode_gpus: int
-) -> None:
+def test_cheapest_split_finds_what_every_split_tried_would(meets: object, prefill_gpus: int, decode_gpus: int) -> None:
     asked, evaluate = split_counting(meets)
-    result = fewest_gpus_split(evaluate, 16, prefill_gpus, decode_gpus)  # type: ignore[arg-type]
+    result = cheapest_split(evaluate, 16, prefill_gpus, decode_gpus)  # type: ignore[arg-type]
     expected = brute_force(meets, 16, prefill_gpus, decode_gpus)
     assert result.split == expected
     assert result.num_replicas == (sum(expected) if expected else None)
@@ -113,12 +111,12 @@ def test_fewest_gpus_split_finds_what_every_split_tried_would(
     assert len(asked) < 16 * 15 // 2  # fewer than every split (of 16 replicas at most)
 
 
-def test_fewest_gpus_split_walks_the_frontier_once() -> None:
+def test_cheapest_split_walks_the_frontier_once() -> None:
     # p * d >= 12 with at most 16 replicas: p = 1 tries its most (15) and bisects to 12; each next p
     # bisects below the previous answer (p = 2: 6, p = 3: 4, p = 4: 3, p = 5: 3); it stops before
     # p = 6 (6 + 1 GPUs >= the 7 of 3 + 4)
     asked, evaluate = split_counting(lambda p, d: p * d >= 12)
-    result = fewest_gpus_split(evaluate, 16, 1, 1)  # type: ignore[arg-type]
+    result = cheapest_split(evaluate, 16, 1, 1)  # type: ignore[arg-type]
     assert result.split == (3, 4)
     assert asked[:5] == [(1, 15), (1, 7), (1, 11), (1, 13), (1, 12)]
     assert max(p for p, _ in asked) == 5
@@ -126,6 +124,13 @@ def test_fewest_gpus_split_walks_the_frontier_once() -> None:
 
 def test_a_prefill_count_whose_most_decode_replicas_miss_costs_one_evaluation() -> None:
     asked, evaluate = split_counting(lambda p, d: p >= 3 and d >= 2)
-    result = fewest_gpus_split(evaluate, 10, 1, 1)  # type: ignore[arg-type]
+    result = cheapest_split(evaluate, 10, 1, 1)  # type: ignore[arg-type]
     assert result.split == (3, 2)
     assert asked[:2] == [(1, 9), (2, 8)]
+
+
+def test_a_split_is_weighed_by_price_not_only_by_gpus() -> None:
+    # p + d >= 6 meets it; prefill replicas cost 3 and decode replicas 1: (1, 5) costs 8, (5, 1) costs 16
+    asked, evaluate = split_counting(lambda p, d: p + d >= 6)
+    result = cheapest_split(evaluate, 8, 3.0, 1.0)  # type: ignore[arg-type]
+    assert result.split == (1, 5)
