@@ -59,7 +59,8 @@ def test_valid_scenario_is_frozen():
         (
             lambda r: r.update(schedular={}),
             "bad.yaml: schedular: unknown field (did you mean 'scheduler'?); allowed: name, description, seed, "
-            "workload, cluster, router, scheduler, kv, cost, stop, slo, metrics, simulation, faults, autoscaler, disaggregation, speculative",
+            "workload, cluster, router, scheduler, kv, cost, stop, slo, metrics, simulation, faults, autoscaler, "
+            "disaggregation, speculative",
         ),
         (
             lambda r: r["workload"]["tenants"][0]["arrival"].update(kind="poison"),
