@@ -131,6 +131,6 @@ def test_a_prefill_count_whose_most_decode_replicas_miss_costs_one_evaluation() 
 
 def test_a_split_is_weighed_by_price_not_only_by_gpus() -> None:
     # p + d >= 6 meets it; prefill replicas cost 3 and decode replicas 1: (1, 5) costs 8, (5, 1) costs 16
-    asked, evaluate = split_counting(lambda p, d: p + d >= 6)
+    _, evaluate = split_counting(lambda p, d: p + d >= 6)
     result = cheapest_split(evaluate, 8, 3.0, 1.0)  # type: ignore[arg-type]
     assert result.split == (1, 5)
