@@ -10,10 +10,11 @@ The replica's core advances every decoding sequence one token per decode step, s
 step is a token's share of a cycle: ``(verify + k x draft) / E``. Tokens, KV growth and time per
 token are then right on average, and every closed form the fast path uses holds (the shape is the
 cycle's divided by ``E``: still ``max(floor, fixed + sum of max(affine, affine))`` in the context).
-What it leaves out: tokens arrive one by one at the mean pace, not in bursts of accepted drafts (the
-mean ITL and TPOT are right, the spread of single gaps is not); a step that carries prompt chunks
-is priced and advanced as without speculation (SGLang and vLLM V0 run speculative decoding only in
-decode batches; vLLM V1 also speculates beside chunks); one acceptance rate for every request.
+A step that carries prompt chunks runs without speculation (SGLang and vLLM V0 speculate only in
+decode batches; vLLM V1 also speculates beside chunks): the target's step, plus the proposer's pass
+over the same tokens, which keeps its KV cache whole. What it leaves out: tokens arrive one by one
+at the mean pace, not in bursts of accepted drafts (the mean ITL and TPOT are right, the spread of
+single gaps is not); one acceptance rate for every request.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class SpeculativeCostModel:
         return shape
 
     def step_duration_s(self, batch: StepBatch) -> float:
+        """A pure-decode step: a token's share of a verify cycle. A step with prompt chunks: the
+        target's, plus the proposer's pass over the same tokens (a draft model or EAGLE head builds
+        its own KV cache of every prompt and token it will draft from)."""
         if batch.prefill_new_tokens or not batch.num_decode_seqs:
-            return self.target.step_duration_s(batch)
+            draft_s = self.draft.step_duration_s(batch) if self.draft is not None and batch.num_tokens else 0.0
+            return self.target.step_duration_s(batch) + draft_s
         return self.decode_step_shape(batch.num_decode_seqs).duration_s(batch.decode_context_tokens)

@@ -50,9 +50,10 @@ def test_a_token_costs_the_verify_step_and_the_drafts_shared_by_the_tokens_they_
     # (verify: 10 ms + max(4e-6 C, 2 ms + 1e-7 C)) + 3 x 1 ms, halved
     assert shape.duration_s(1000.0) == pytest.approx((0.010 + max(4e-3, 0.002 + 1e-4) + 0.003) / 2)
     assert spec.step_duration_s(StepBatch(num_decode_seqs=8, decode_context_tokens=1000)) == shape.duration_s(1000.0)
-    # a step that carries a prompt chunk is the target's, without speculation
+    # a step that carries a prompt chunk is the target's, without speculation, and the draft's pass over it
     mixed = StepBatch((64,), (0,), 8, 1000)
-    assert spec.step_duration_s(mixed) == 0.05
+    assert spec.step_duration_s(mixed) == 0.05 + 0.001
+    assert SpeculativeCostModel(Target(0.05), None, 3, 2.0).step_duration_s(mixed) == 0.05  # n-gram: no pass
 
 
 def test_scaling_and_adding_shapes_commute_with_their_durations() -> None:
