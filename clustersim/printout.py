@@ -77,6 +77,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         )
     if "disaggregation" in summary:
         lines.append(_transfers_line(summary["disaggregation"]))
+    if "speculative" in summary:
+        spec = summary["speculative"]
+        draft = f" ({spec['draft_model']})" if spec.get("draft_model") else ""
+        lines.append(
+            f"speculative decoding: {spec['kind']}{draft}, {spec['num_speculative_tokens']} drafts a step accepted "
+            f"at {spec['acceptance_rate']:g}: {spec['tokens_per_verify_step']:.2f} tokens per verify step"
+        )
     if "autoscaler" in summary:
         scaler = summary["autoscaler"]
         lines.append(
