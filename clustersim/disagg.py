@@ -4,7 +4,7 @@ The scenario's router sends an arrival to a prefill replica, which computes its 
 prompt's blocks (:meth:`~clustersim.replica.core.Core.release_sent`). At the transfer priority of
 that instant (after every step end, before the arrivals; :mod:`clustersim.clock`) the decode router
 picks a decode replica and the request joins its queue. The decode replica takes the blocks for the
-KV cache when its scheduler reaches the request and they are free (the pull: DistServe section 4.4;
+KV cache when its scheduler reaches the request and they are free (the pull: DistServe's online scheduling;
 vLLM V1's ``WAITING_FOR_REMOTE_KVS``); until then the prefill replica holds them, which is how a busy
 decode pool pushes back on the prefill pool. The transfer starts when both ends' links are free (each
 replica sends one KV cache at a time and receives one at a time, at the link's full rate) and lands

@@ -3,9 +3,9 @@
 Replica groups with ``role: prefill`` compute prompts; groups with ``role: decode`` generate the
 tokens (DistServe, OSDI'24; Splitwise, ISCA'24; Mooncake, FAST'25; vLLM's disaggregated prefill).
 Each request's KV cache moves from its prefill replica to its decode replica over the ``link``.
-The decode replica pulls it once it has taken the blocks for it (DistServe section 4.4: the prefill
-instance keeps the KV cache until the decode instance fetches it, so a busy decode pool holds the
-prefill pool's memory; vLLM V1's ``WAITING_FOR_REMOTE_KVS`` state). A transfer takes
+The decode replica pulls it once it has taken the blocks for it (DistServe's online scheduling: the
+prefill instance keeps the KV cache until the decode instance fetches it, so a busy decode pool holds
+the prefill pool's memory; vLLM V1's ``WAITING_FOR_REMOTE_KVS`` state). A transfer takes
 ``latency_s + bytes / (bandwidth_bytes_per_s x efficiency_frac x GPUs)``, where GPUs is the smaller
 replica's GPU count (each GPU sends its tensor-parallel shard over its own link).
 
