@@ -7,9 +7,11 @@ picks a decode replica and the request joins its queue. The decode replica takes
 KV cache when its scheduler reaches the request and they are free (the pull: DistServe's online scheduling;
 vLLM V1's ``WAITING_FOR_REMOTE_KVS``); until then the prefill replica holds them, which is how a busy
 decode pool pushes back on the prefill pool. The transfer starts when both ends' links are free (each
-replica sends one KV cache at a time and receives one at a time, at the link's full rate) and lands
-``latency_s`` after its last byte; then the prefill replica frees its blocks and the request goes
-back to the decode replica's queue head, where it takes a seat and computes its last prompt token,
+replica sends one KV cache at a time and receives one at a time over each kind of link, at its full
+rate) and lands ``latency_s`` after its last byte (with ``nodes``, two replicas on one node use the
+node's link, and the decode router may prefer the prompt's node); then the prefill replica frees its
+blocks and the request goes back to the decode replica's queue head, where it takes a seat and
+computes its last prompt token,
 which samples its first token (vLLM V1 ``Scheduler._update_waiting_for_remote_kv``). TTFT therefore
 includes the prefill, the wait for the decode replica, the transfer and that first decode-side step.
 
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clustersim.clock import TRANSFER_PRIORITY, Clock
-from clustersim.config.disagg import Disaggregation
+from clustersim.config.disagg import Disaggregation, node_of
 from clustersim.records import TransferRecord
 from clustersim.replica.replica import Replica
 from clustersim.router import ROUTERS
@@ -74,11 +76,15 @@ class KVTransfers:
         self.endpoints = endpoints
         self.prefill_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "prefill"]
         self.decode_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "decode"]
-        self.latency_s = config.link.latency_s
-        self.per_gpu_bytes_per_s = config.link.per_gpu_bytes_per_s()
+        nodes = config.nodes
+        links = [config.link] if nodes is None else [config.link, nodes.link]  # [between nodes, within one]
+        self.links = [(link.latency_s, link.per_gpu_bytes_per_s()) for link in links]
+        self.node = node_of([e.num_gpus for e in endpoints], nodes.gpus_per_node) if nodes else [0] * len(replicas)
+        self.prefer_local = nodes is not None and nodes.prefer_local
         self.router = ROUTERS.get(config.decode_router.kind)(config.decode_router, seed, DECODE_ROUTER_STREAM_KEY)
-        self.send_free_s = [0.0] * len(replicas)
-        self.receive_free_s = [0.0] * len(replicas)
+        # when each replica's link of each kind (between nodes, within its node) is free to send, to receive
+        self.send_free_s = [[0.0] * len(replicas) for _ in links]
+        self.receive_free_s = [[0.0] * len(replicas) for _ in links]
         self.rows: list[TransferRecord] = []
         self._open: dict[int, list[float]] = {}  # request id -> the row's fields so far
         self._moving: dict[int, Request] = {}  # handed on but not yet queued, or pulled but not landed
@@ -102,6 +108,9 @@ class KVTransfers:
         """The decode router picks a decode replica and the request joins its queue."""
         del self._moving[request.request_id]
         pool = self.decode_pool
+        if self.prefer_local:
+            node = self.node[int(self._open[request.request_id][1])]
+            pool = [r for r in pool if self.node[r.index] == node] or pool
         decode = pool[self.router.choose(request, pool)]
         self._open[request.request_id][2] = decode.index
         decode.enqueue(request)
@@ -114,15 +123,13 @@ class KVTransfers:
         row = self._open[request.request_id]
         source = int(row[1])
         gpus = min(self.endpoints[source].num_gpus, self.endpoints[decode_index].num_gpus)
+        kind = int(len(self.links) > 1 and self.node[source] == self.node[decode_index])  # 1: within a node
+        latency_s, per_gpu_bytes_per_s = self.links[kind]
+        send_free_s, receive_free_s = self.send_free_s[kind], self.receive_free_s[kind]
         start_s, sent_s, landed_s = transfer_times_s(
-            now_s,
-            self.send_free_s[source],
-            self.receive_free_s[decode_index],
-            row[4],
-            self.per_gpu_bytes_per_s * gpus,
-            self.latency_s,
+            now_s, send_free_s[source], receive_free_s[decode_index], row[4], per_gpu_bytes_per_s * gpus, latency_s
         )
-        self.send_free_s[source] = self.receive_free_s[decode_index] = sent_s
+        send_free_s[source] = receive_free_s[decode_index] = sent_s
         row[6], row[7] = now_s, start_s
         self._moving[request.request_id] = request
         timer = self.clock.timer_at(landed_s, TRANSFER_PRIORITY)

@@ -74,6 +74,9 @@ clustersim report "$out/autoscaled-diurnal" --out "$out/autoscaled-diurnal-figur
 clustersim compare disaggregated --vary disaggregation.link.kind=nvlink,infiniband,roce,pcie \
   --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,link wait p99 ms,KV transfer p99 ms,SLO met %" \
   --out "$out/links" --doc docs/disaggregation.md#links
+clustersim compare disaggregated --vary 'disaggregation.nodes=null,{gpus_per_node: 8},{gpus_per_node: 2}' \
+  --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,link wait p99 ms,KV transfer p99 ms,SLO met %" \
+  --out "$out/nodes" --doc docs/disaggregation.md#nodes
 clustersim plan disagg-long-prompts --out "$out/disagg-long" --doc docs/disaggregation.md#long-prompts
 clustersim plan disagg-short-prompts --out "$out/disagg-short" --doc docs/disaggregation.md#short-prompts
 clustersim compare disaggregated --set workload.tenants.0.arrival.rate_per_s=20 \

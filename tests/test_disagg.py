@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import explicit_scenario, read_requests, read_steps
 
-from clustersim.config.disagg import Link
+from clustersim.config.disagg import Link, node_of
 from clustersim.config.loader import scenario_from_mapping
 from clustersim.disagg import transfer_times_s
 from clustersim.errors import ConfigError
@@ -187,3 +187,46 @@ def test_config_errors(change: Callable[[dict[str, Any]], Any], message: str) ->
     with pytest.raises(ConfigError) as caught:
         scenario_from_mapping(raw, "d.yaml")
     assert message in str(caught.value)
+
+
+NODE_POOLS = {"groups": [{"count": 1, "role": "prefill"}, {"count": 2, "role": "decode"}]}
+NVLINK = {"kind": "nvlink", "bandwidth_bytes_per_s": 20 * KV_BYTES_PER_TOKEN, "efficiency_frac": 1.0, "latency_s": 0.1}
+
+
+@pytest.mark.parametrize("prefer_local", [True, False])
+def test_replicas_on_one_node_move_kv_over_its_link_and_the_router_may_prefer_them(
+    run_mapping: Run, prefer_local: bool
+) -> None:
+    # two GPUs a node: prefill 0 and decode 1 share node 0, decode 2 is alone on node 1. The node's link
+    # moves 20 tokens a second (0.1 s latency), the link between nodes 10 (0.5 s). Request 0 (20 tokens)
+    # goes to decode 1 either way: on the node's link [1, 2], landed 2.1, first token 3.1. Request 1
+    # (10 tokens, prefilled [1, 2]) goes to decode 1 again if the router prefers the node (its link
+    # free at 2: landed 2.6, seated when decode 1's step ends at 3.1: first token 4.1); round robin
+    # sends it to decode 2 across nodes: [2, 3], landed 3.5, first token 4.5.
+    nodes = {"gpus_per_node": 2, "link": NVLINK, "prefer_local": prefer_local}
+    raw = disaggregated([(0.0, 20, 1), (0.5, 10, 1)], cluster=NODE_POOLS)
+    raw["disaggregation"] = {"link": LINK, "nodes": nodes, "decode_router": {"kind": "round_robin"}}
+    result = run_mapping(raw)
+    first, second = read_requests(result)
+    rows = transfers(result)
+    assert (first["replica"], first["first_token_at_s"]) == (1, 3.1)
+    assert moments(rows[0]) == (1.0, 1.0, 1.0, 2.1)
+    if prefer_local:
+        assert (second["replica"], second["first_token_at_s"]) == (1, 4.1)
+        assert moments(rows[1]) == (2.0, 2.0, 2.0, 2.6)
+    else:
+        assert (second["replica"], second["first_token_at_s"]) == (2, 4.5)
+        assert moments(rows[1]) == (2.0, 2.0, 2.0, 3.5)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "per_node", "nodes"),
+    [
+        ([1, 1, 1, 1], 2, [0, 0, 1, 1]),
+        ([4, 4, 4], 8, [0, 0, 1]),
+        ([3, 3, 3], 8, [0, 0, 1]),  # the third does not fit in the 2 GPUs left
+        ([2, 8, 1], 4, [0, 1, 3]),  # the 8-GPU replica takes nodes 1 and 2 of its own
+    ],
+)
+def test_replicas_are_packed_onto_nodes_in_order(gpus: list[int], per_node: int, nodes: list[int]) -> None:
+    assert node_of(gpus, per_node) == nodes

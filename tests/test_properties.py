@@ -172,7 +172,12 @@ def disaggregations(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         link["bandwidth_bytes_per_s"] = draw(st.sampled_from([1e7, 1e8]))  # seconds per transfer: they queue
     router = draw(st.sampled_from([{"kind": "least_kv"}, {"kind": "round_robin"}, {"kind": "random"}]))
-    return {"groups": [prefill, decode], "disaggregation": {"link": link, "decode_router": router}}
+    section: dict[str, Any] = {"link": link, "decode_router": router}
+    if draw(st.booleans()):  # replicas on nodes: within one, KV caches cross the node's link
+        nodes = {"gpus_per_node": draw(st.sampled_from([1, 2, 4])), "prefer_local": draw(st.booleans())}
+        section["nodes"] = {**nodes, "link": {"kind": "nvlink", "latency_s": draw(st.sampled_from([0.0, 1e-5]))}}
+    groups = [prefill, decode] if draw(st.booleans()) else [decode, prefill]  # either pool first
+    return {"groups": groups, "disaggregation": section}
 
 
 def with_disaggregation(raw: dict[str, Any]) -> dict[str, Any]:

@@ -57,13 +57,41 @@ class Link(StrictModel):
         return nominal * self.efficiency_frac
 
 
+class Nodes(StrictModel):
+    """Where the replicas sit: packed onto nodes of ``gpus_per_node`` GPUs in replica order (a replica
+    that does not fit in what is left of a node starts the next one). Two replicas on one node move KV
+    caches over ``link`` (default NVLink), others over the section's link (DistServe's placement for
+    high node affinity keeps each prefill instance's decode partners in its node). ``prefer_local``:
+    the decode router picks among the decode replicas on the prompt's node, when there are any."""
+
+    gpus_per_node: int = Field(default=8, ge=1, le=1024)
+    link: Link = Link(kind="nvlink")
+    prefer_local: bool = True
+
+
 class Disaggregation(StrictModel):
     """How KV caches move from the prefill pool to the decode pool, and how the decode replica is chosen.
 
     The scenario's ``router`` picks a prefill replica on arrival; ``decode_router`` picks the decode
     replica when the prompt is done (default ``least_kv``: DistServe and Splitwise both send a
-    request to the decode instance with the most free memory).
+    request to the decode instance with the most free memory). ``nodes``: the replicas' placement on
+    nodes, whose own link serves the transfers within a node (None: every transfer crosses ``link``).
     """
 
     link: Link = Link()
+    nodes: Nodes | None = None
     decode_router: RouterConfig = LeastKVRouter(kind="least_kv")
+
+
+def node_of(num_gpus: list[int], gpus_per_node: int) -> list[int]:
+    """Each replica's node when replicas of ``num_gpus`` GPUs are packed in order onto nodes of
+    ``gpus_per_node``; a replica larger than a node takes whole nodes of its own (pure)."""
+    nodes, node, used = [], 0, 0
+    for gpus in num_gpus:
+        if used and used + gpus > gpus_per_node:
+            node, used = node + 1, 0
+        nodes.append(node)
+        used += gpus
+        if used >= gpus_per_node:
+            node, used = node + -(-used // gpus_per_node), 0
+    return nodes

@@ -50,7 +50,7 @@ LIFECYCLE_FIELDS = (
 # disaggregation's fields, over a prefill and a decode replica
 DISAGG_BASE = (
     "cluster.groups=[{count: 1, role: prefill}, {count: 1, role: decode}]",
-    "disaggregation={link: {kind: infiniband}, decode_router: {kind: least_kv}}",
+    "disaggregation={link: {kind: infiniband}, nodes: {gpus_per_node: 2}, decode_router: {kind: least_kv}}",
 )
 DISAGG_FIELDS = (
     "cluster.groups.0.role",
@@ -60,6 +60,9 @@ DISAGG_FIELDS = (
     "disaggregation.link.latency_s",
     "disaggregation.link.efficiency_frac",
     "disaggregation.decode_router",
+    "disaggregation.nodes",
+    "disaggregation.nodes.gpus_per_node",
+    "disaggregation.nodes.prefer_local",
 )
 # speculative decoding's fields, over an EAGLE head and over a draft model
 SPEC_BASE = ("speculative={kind: eagle, num_speculative_tokens: 3, acceptance_rate: 0.8}",)
