@@ -1,7 +1,7 @@
 """Disaggregated prefill and decode: each request's KV cache moves from a prefill to a decode replica.
 
 The scenario's router sends an arrival to a prefill replica, which computes its prompt and keeps the
-prompt's blocks (:meth:`~clustersim.replica.core.Core.release_sent`). At the transfer priority of
+prompt's blocks (:meth:`~clustersim.replica.remote.RemoteKV.release_sent`). At the transfer priority of
 that instant (after every step end, before the arrivals; :mod:`clustersim.clock`) the decode router
 picks a decode replica and the request joins its queue. The decode replica takes the blocks for the
 KV cache when its scheduler reaches the request and they are free (the pull: DistServe's online scheduling;
@@ -89,9 +89,9 @@ class KVTransfers:
         self._open: dict[int, list[float]] = {}  # request id -> the row's fields so far
         self._moving: dict[int, Request] = {}  # handed on but not yet queued, or pulled but not landed
         for replica in self.prefill_pool:
-            replica.core.on_prefilled = self._prefilled
+            replica.core.remote.on_prefilled = self._prefilled
         for replica in self.decode_pool:
-            replica.core.pull = self._pull
+            replica.core.remote.pull = self._pull
 
     # ------------------------------------------------------------------ the prefill side
     def _prefilled(self, request: Request, prefill_index: int, now_s: float) -> None:
@@ -141,14 +141,14 @@ class KVTransfers:
         self._release(request)
         request.remote_kv = LANDED
         decode = self.replicas[decode_index]
-        decode.core.land(request)
+        decode.core.remote.land(request)
         decode.enqueue(request, front=True)
         self._close(request.request_id)
 
     # ------------------------------------------------------------------ books
     def _release(self, request: Request) -> None:
         prefill = self.replicas[int(self._open[request.request_id][1])]
-        prefill.core.release_sent(request)
+        prefill.core.remote.release_sent(request)
         prefill.wake()
 
     def _close(self, request_id: int) -> None:

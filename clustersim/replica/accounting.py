@@ -41,7 +41,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         bs,
         kv.spec.bytes_per_token,
     )
-    in_flight = (core.kv_in_flight_blocks,)  # the row's last field
+    in_flight = (core.remote.in_flight_blocks,)  # the row's last field
     anchor = step.anchor
     if num_steps <= 1 or anchor is None:
         return pending_row(head) + in_flight

@@ -235,11 +235,11 @@ class Builder:
             needed = kv.prefill_blocks(0, tokens) if self.per_chunk else kv.blocks_to_admit(head)
             if needed > kv.admission_free():
                 return -1
-            core.take_for_pull(core.pop_head(), needed, self.now_s)
+            core.remote.take_for_pull(core.pop_head(), needed, self.now_s)
             return 0
         if tokens_left <= 0:
             return -1
-        seat = core.seat_landed(core.pop_head(), self.now_s)
+        seat = core.remote.seat_landed(core.pop_head(), self.now_s)
         self.chunks.append((seat, 1))
         self.chunk_tokens += 1
         return 1

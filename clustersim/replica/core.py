@@ -35,12 +35,12 @@ from clustersim.replica.batching import BatchingPolicy, StepLimits
 from clustersim.replica.builder import Builder
 from clustersim.replica.gaps import GapTracker
 from clustersim.replica.queues import WaitingQueue
+from clustersim.replica.remote import RemoteKV
 from clustersim.replica.seats import Seat, SeatSet
 from clustersim.replica.step import DecodeAnchor, Step
 from clustersim.workload.request import NO_REMOTE_KV, Request
 
 Passed = Callable[[float], bool]  # whether an event at this time (and a given priority) has been processed
-Handoff = Callable[[Request, int, float], None]  # (request, this replica's index, now): disaggregation hooks
 
 
 class ReplicaStalledError(RuntimeError):
@@ -96,17 +96,14 @@ class Core:
         # disaggregation (clustersim.disagg): a prefill replica hands each finished prompt on and keeps
         # its blocks until the decode replica has them; a decode replica pulls a prompt's KV cache
         self.prefill_only = spec.role == "prefill"
-        self.on_prefilled: Handoff | None = None
-        self.pull: Handoff | None = None
-        self.sending: dict[int, tuple[Seat, int]] = {}  # request id -> (its seat, the blocks it holds)
-        self.num_pulling = 0  # requests whose KV cache is on its way here
-        self.kv_in_flight_blocks = 0  # blocks held for transfers: being sent, or taken for a pull
+        self.remote = RemoteKV(self)
 
     # ------------------------------------------------------------------ queues
     @property
     def num_outstanding(self) -> int:
         """Requests queued or holding a seat here."""
-        return len(self.waiting) + len(self.deferred) + len(self.seats.seats) + len(self.swapped) + self.num_pulling
+        queued = len(self.waiting) + len(self.deferred) + len(self.swapped) + self.remote.num_pulling
+        return queued + len(self.seats.seats)
 
     def head(self) -> Request | None:
         """The request admission considers next."""
@@ -195,8 +192,8 @@ class Core:
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
-            waiting_on_transfers = self.sending or self.kv_in_flight_blocks  # blocks (or pinned prefixes) come free
-            if self.num_outstanding - len(self.seats.seats) - self.num_pulling and not waiting_on_transfers:
+            remote = self.remote
+            if self.num_outstanding - len(self.seats.seats) - remote.num_pulling and not remote.waited_on:
                 raise ReplicaStalledError(
                     f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
                 )
@@ -272,7 +269,7 @@ class Core:
                 self.seats.cached_more(seat, tokens)
             if done:
                 if self.prefill_only:
-                    self._hand_off(seat, now_s)
+                    self.remote.hand_off(seat, now_s)
                     continue
                 num_first_tokens += 1
                 request = seat.request
@@ -323,48 +320,6 @@ class Core:
             request.num_cached_prompt_tokens = cached
         if first:
             request.first_scheduled_at_s = now_s
-        return seat
-
-    def _hand_off(self, seat: Seat, now_s: float) -> None:
-        """A prefill replica's prompt is done: the seat goes, its blocks stay until the decode replica
-        has pulled them (:meth:`release_sent`)."""
-        self.seats.remove(seat)
-        request = seat.request
-        self.sending[request.request_id] = (seat, seat.reserved_blocks)
-        self.kv_in_flight_blocks += seat.reserved_blocks
-        assert self.on_prefilled is not None
-        self.on_prefilled(request, self.spec.index, now_s)
-
-    def release_sent(self, request: Request) -> None:
-        """The decode replica has ``request``'s KV cache (or never will): free the blocks it held here."""
-        seat, blocks = self.sending.pop(request.request_id)
-        self.kv_in_flight_blocks -= blocks
-        self.kv.vacate(seat, self.seats.decode_index - 1, seat.cached_tokens + seat.done_tokens)
-
-    def take_for_pull(self, request: Request, num_blocks: int, now_s: float) -> None:
-        """A decode replica takes the blocks for ``request``'s KV cache and pulls it from its prefill
-        replica; it comes back to the queue's head when it has landed."""
-        self.kv.hold(num_blocks)
-        request.remote_kv_blocks = num_blocks
-        self.kv_in_flight_blocks += num_blocks
-        self.num_pulling += 1
-        assert self.pull is not None
-        self.pull(request, self.spec.index, now_s)
-
-    def land(self, request: Request) -> None:
-        """``request``'s KV cache has landed: it joins the queue's head (:meth:`enqueue` with ``front``)."""
-        self.num_pulling -= 1
-
-    def seat_landed(self, request: Request, now_s: float) -> Seat:
-        """A request whose KV cache has landed takes a seat with the blocks held for it; all its prompt
-        but the last token counts as computed (vLLM V1 recomputes the last one to sample the first
-        token: ``Scheduler._update_waiting_for_remote_kv``)."""
-        blocks = request.remote_kv_blocks
-        self.kv.unhold(blocks)
-        self.kv_in_flight_blocks -= blocks
-        request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0
-        seat = self.seat(request, [], 0, now_s, blocks)
-        self.seats.advance_prefill(seat, seat.prefill_tokens - 1)
         return seat
 
     def start_decoding(self, seat: Seat, d: int) -> None:
@@ -463,4 +418,4 @@ class Core:
         """Blocks the seated sequences and the prefix cache hold (for the end-of-run conservation check)."""
         kv = self.kv
         held = sum(kv.held_blocks(seat, kv.grown_through) for seat in self.seats.seats.values())
-        return kv.num_cached_blocks + held + self.kv_in_flight_blocks
+        return kv.num_cached_blocks + held + self.remote.in_flight_blocks
