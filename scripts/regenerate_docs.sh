@@ -85,7 +85,8 @@ clustersim compare disaggregated --set workload.tenants.0.arrival.rate_per_s=20 
   --out "$out/pools" --doc docs/disaggregation.md#pools
 clustersim run disaggregated --out "$out/disaggregated" --quiet
 clustersim report "$out/disaggregated" --out "$out/disaggregated-figures" \
-  && cp "$out/disaggregated-figures/kv_memory.png" docs/figures/disaggregated-memory.png
+  && cp "$out/disaggregated-figures/kv_memory.png" docs/figures/disaggregated-memory.png \
+  && cp "$out/disaggregated-figures/transfers.png" docs/figures/disaggregated-transfers.png
 
 # docs/speculative.md: ITL with and without speculative decoding from one user to many
 clustersim compare speculative-decoding --set speculative=null --vary workload.tenants.0.arrival.num_users=1,8,32,128,256 \

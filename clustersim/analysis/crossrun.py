@@ -49,6 +49,11 @@ CAPTIONS = {
         "Every evaluation of the replica search at the target rate (o: met the SLO in every seed, x: missed it), "
         "each hardware's price line, and each option's answer circled with its rank."
     ),
+    "transfers.png": (
+        "Top: for the prompts done in each time bin, the mean time from the prompt's end to the first token, by "
+        "part: waiting for the decode replica to take the KV cache, waiting for the link, on the link, and on the "
+        "decode replica until the first token. Bottom: the KV bytes held for transfers."
+    ),
     "lifecycle.png": (
         "Top: each replica's state (up; starting: reading its weights and starting its engine; draining: routed "
         "nothing new; stopped; down: failed), with what each failure held. Middle: the cluster's output rate "

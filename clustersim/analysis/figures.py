@@ -7,6 +7,7 @@
 ``throughput.png``     output tokens per second over time, cluster and per replica
 ``kv_memory.png``      the KV ledger over time: stored, cached, fragmented, reserved shares
 ``lifecycle.png``      replica states, throughput and TTFT around failures and scaling
+``transfers.png``      a disaggregated run's trip from prompt to first token, and the KV held for it
 =====================  ===================================================================
 """
 
@@ -25,6 +26,7 @@ from clustersim.analysis.rundata import RunData, load_run
 from clustersim.analysis.style import save, theme
 from clustersim.analysis.throughput import plot_throughput
 from clustersim.analysis.timeline import plot_timeline
+from clustersim.analysis.transfersfig import plot_transfers
 
 PlotFunction = Callable[[RunData], Figure]
 
@@ -40,6 +42,8 @@ def figures_for(run: RunData) -> dict[str, PlotFunction]:
         plots["kv_memory.png"] = plot_kv_memory
     if run.lifecycle is not None:
         plots["lifecycle.png"] = plot_lifecycle
+    if run.transfers is not None:
+        plots["transfers.png"] = plot_transfers
     if len(run.requests) <= MAX_GANTT_REQUESTS:
         plots["requests_gantt.png"] = plot_requests_gantt
     return plots

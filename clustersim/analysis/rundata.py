@@ -18,7 +18,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
-from clustersim.records import LEDGER_CATEGORIES, LifecycleRecord, MemoryRecord, RequestRecord, StepRecord
+from clustersim.records import (
+    LEDGER_CATEGORIES,
+    LifecycleRecord,
+    MemoryRecord,
+    RequestRecord,
+    StepRecord,
+    TransferRecord,
+)
 
 
 def _columns(record: type[tuple[Any, ...]], *names: str) -> tuple[str, ...]:
@@ -60,6 +67,9 @@ STEP_COLUMNS = _columns(
 )
 MEMORY_COLUMNS = _columns(MemoryRecord, "replica", "started_at_s", "duration_s", "capacity_bytes", *LEDGER_CATEGORIES)
 LIFECYCLE_COLUMNS = _columns(LifecycleRecord, "replica", "at_s", "event", "num_held", "num_retried", "num_lost")
+TRANSFER_COLUMNS = _columns(
+    TransferRecord, "request_id", "kv_bytes", "prefilled_at_s", "pulled_at_s", "started_at_s", "landed_at_s"
+)
 SCENARIO_METADATA_KEY = b"clustersim.scenario"
 
 
@@ -92,6 +102,8 @@ class RunData:
         label: For a point of a sweep, its axis values and seed (from ``point.json``), else None.
         lifecycle: The replicas' failures and restarts (``lifecycle.parquet``), or None for a run
             without faults.
+        transfers: The KV caches moved between pools (``transfers.parquet``), or None for a run that
+            does not disaggregate.
     """
 
     run_dir: Path
@@ -102,6 +114,7 @@ class RunData:
     memory: pd.DataFrame | None = None
     label: str | None = None  # a sweep point's axis values and seed (its point.json), else None
     lifecycle: pd.DataFrame | None = None
+    transfers: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -212,6 +225,9 @@ def load_run(run_dir: Path) -> RunData:
         label=_point_label(run_dir / "point.json"),
         lifecycle=_read_table(run_dir / "lifecycle.parquet", LIFECYCLE_COLUMNS)[0]
         if (run_dir / "lifecycle.parquet").is_file()
+        else None,
+        transfers=_read_table(run_dir / "transfers.parquet", TRANSFER_COLUMNS)[0]
+        if (run_dir / "transfers.parquet").is_file()
         else None,
     )
 
