@@ -21,6 +21,7 @@ so the fast path and the step-by-step mode see the same moves.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Sequence
@@ -34,6 +35,21 @@ from clustersim.router import ROUTERS
 from clustersim.workload.request import AWAITING_PULL, LANDED, Request
 
 DECODE_ROUTER_STREAM_KEY = zlib.crc32(b"decode router")  # the decode router's own random stream
+
+
+@dataclass(slots=True)
+class OpenTransfer:
+    """A transfer's :class:`~clustersim.records.TransferRecord` fields while it is under way (NaN: not yet)."""
+
+    request_id: int
+    prefill_replica: int
+    decode_replica: int  # -1 until the decode router has picked one
+    kv_tokens: int
+    kv_bytes: float
+    prefilled_at_s: float
+    pulled_at_s: float = math.nan
+    started_at_s: float = math.nan
+    landed_at_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -67,15 +83,14 @@ class KVTransfers:
         clock: Clock,
         replicas: Sequence[Replica],
         endpoints: Sequence[Endpoint],
-        roles: Sequence[str],
         config: Disaggregation,
         seed: int,
     ) -> None:
         self.clock = clock
         self.replicas = replicas
         self.endpoints = endpoints
-        self.prefill_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "prefill"]
-        self.decode_pool = [r for r, role in zip(replicas, roles, strict=True) if role == "decode"]
+        self.prefill_pool = [r for r in replicas if r.core.spec.role == "prefill"]
+        self.decode_pool = [r for r in replicas if r.core.spec.role == "decode"]
         nodes = config.nodes
         links = [config.link] if nodes is None else [config.link, nodes.link]  # [between nodes, within one]
         self.links = [(link.latency_s, link.per_gpu_bytes_per_s()) for link in links]
@@ -86,7 +101,7 @@ class KVTransfers:
         self.send_free_s = [[0.0] * len(replicas) for _ in links]
         self.receive_free_s = [[0.0] * len(replicas) for _ in links]
         self.rows: list[TransferRecord] = []
-        self._open: dict[int, list[float]] = {}  # request id -> the row's fields so far
+        self._open: dict[int, OpenTransfer] = {}  # request id -> its row so far
         self._moving: dict[int, Request] = {}  # handed on but not yet queued, or pulled but not landed
         for replica in self.prefill_pool:
             replica.core.remote.on_prefilled = self._prefilled
@@ -97,8 +112,7 @@ class KVTransfers:
     def _prefilled(self, request: Request, prefill_index: int, now_s: float) -> None:
         tokens = request.prompt_tokens
         kv_bytes = tokens * self.endpoints[prefill_index].kv_bytes_per_token
-        nan = math.nan
-        self._open[request.request_id] = [request.request_id, prefill_index, -1, tokens, kv_bytes, now_s, nan, nan, nan]
+        self._open[request.request_id] = OpenTransfer(request.request_id, prefill_index, -1, tokens, kv_bytes, now_s)
         self._moving[request.request_id] = request
         request.remote_kv = AWAITING_PULL
         timer = self.clock.timer_at(now_s, TRANSFER_PRIORITY)
@@ -109,10 +123,10 @@ class KVTransfers:
         del self._moving[request.request_id]
         pool = self.decode_pool
         if self.prefer_local:
-            node = self.node[int(self._open[request.request_id][1])]
+            node = self.node[self._open[request.request_id].prefill_replica]
             pool = [r for r in pool if self.node[r.index] == node] or pool
         decode = pool[self.router.choose(request, pool)]
-        self._open[request.request_id][2] = decode.index
+        self._open[request.request_id].decode_replica = decode.index
         decode.enqueue(request)
         if request.status == "rejected":  # it can never fit there: the prefill replica lets its blocks go
             self._release(request)
@@ -121,23 +135,28 @@ class KVTransfers:
     # ------------------------------------------------------------------ the decode side
     def _pull(self, request: Request, decode_index: int, now_s: float) -> None:
         row = self._open[request.request_id]
-        source = int(row[1])
+        source = row.prefill_replica
         gpus = min(self.endpoints[source].num_gpus, self.endpoints[decode_index].num_gpus)
         kind = int(len(self.links) > 1 and self.node[source] == self.node[decode_index])  # 1: within a node
         latency_s, per_gpu_bytes_per_s = self.links[kind]
         send_free_s, receive_free_s = self.send_free_s[kind], self.receive_free_s[kind]
         start_s, sent_s, landed_s = transfer_times_s(
-            now_s, send_free_s[source], receive_free_s[decode_index], row[4], per_gpu_bytes_per_s * gpus, latency_s
+            now_s,
+            send_free_s[source],
+            receive_free_s[decode_index],
+            row.kv_bytes,
+            per_gpu_bytes_per_s * gpus,
+            latency_s,
         )
         send_free_s[source] = receive_free_s[decode_index] = sent_s
-        row[6], row[7] = now_s, start_s
+        row.pulled_at_s, row.started_at_s = now_s, start_s
         self._moving[request.request_id] = request
         timer = self.clock.timer_at(landed_s, TRANSFER_PRIORITY)
         timer.callbacks.append(lambda _: self._land(request, decode_index))
 
     def _land(self, request: Request, decode_index: int) -> None:
         del self._moving[request.request_id]
-        self._open[request.request_id][8] = self.clock.now
+        self._open[request.request_id].landed_at_s = self.clock.now
         self._release(request)
         request.remote_kv = LANDED
         decode = self.replicas[decode_index]
@@ -147,13 +166,12 @@ class KVTransfers:
 
     # ------------------------------------------------------------------ books
     def _release(self, request: Request) -> None:
-        prefill = self.replicas[int(self._open[request.request_id][1])]
+        prefill = self.replicas[self._open[request.request_id].prefill_replica]
         prefill.core.remote.release_sent(request)
         prefill.wake()
 
     def _close(self, request_id: int) -> None:
-        row = self._open.pop(request_id)
-        self.rows.append(TransferRecord(*(int(v) for v in row[:4]), *row[4:]))
+        self.rows.append(TransferRecord(*dataclasses.astuple(self._open.pop(request_id))))
 
     def close(self) -> list[Request]:
         """The clock stopped: write the transfers still open; returns the requests in flight (in no

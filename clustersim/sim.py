@@ -70,8 +70,7 @@ def start_transfers(plan: RunPlan, clock: Clock, replicas: list[Replica]) -> KVT
     assert plan.scenario.disaggregation is not None
     groups = plan.replica_groups()
     endpoints = [Endpoint(g.tensor_parallel * g.pipeline_parallel, g.kv_bytes_per_token) for g in groups]
-    roles = [g.role for g in groups]
-    return KVTransfers(clock, replicas, endpoints, roles, plan.scenario.disaggregation, plan.scenario.seed)
+    return KVTransfers(clock, replicas, endpoints, plan.scenario.disaggregation, plan.scenario.seed)
 
 
 def start_lifecycle(

@@ -192,8 +192,7 @@ class Core:
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
-            remote = self.remote
-            if self.num_outstanding - len(self.seats.seats) - remote.num_pulling and not remote.waited_on:
+            if (len(self.waiting) or self.deferred or self.swapped) and not self.remote.waited_on:
                 raise ReplicaStalledError(
                     f"replica {self.spec.index} is idle with {self.num_outstanding} waiting requests it cannot admit"
                 )
