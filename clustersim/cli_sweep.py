@@ -135,6 +135,7 @@ def sweep(
 )
 @click.option("--jobs", type=click.IntRange(min=1), help="Variants run at once [default: the machine's cores].")
 @click.option("--columns", metavar="LABEL,...", help="Only these table columns (labels as printed), in this order.")
+@click.option("--tenant", metavar="NAME", help="Request counts, latencies and token rates of this tenant only.")
 @click.option("--doc", metavar="FILE.md#NAME", help="Also write the table into that block of a Markdown file.")
 @click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
 def compare_command(
@@ -144,6 +145,7 @@ def compare_command(
     out_dir: Path | None,
     jobs: int | None,
     columns: str | None,
+    tenant: str | None,
     doc: str | None,
     quiet: bool,
 ) -> None:
@@ -158,7 +160,7 @@ def compare_command(
         chosen = select_columns(columns)
         target = out_dir if out_dir is not None else new_default_folder(f"sweep-compare-{path.stem}")
         with printer:
-            rows, result = compare(path, vary, overrides, target, jobs, printer.start, printer)
+            rows, result = compare(path, vary, overrides, target, jobs, printer.start, printer, tenant)
     except ClusterSimError as exc:
         fail(str(exc))
         return

@@ -9,16 +9,20 @@ the logs as datasets: see :mod:`clustersim.sweeps.store`), one seed: the scenari
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from clustersim.config.loader import load_scenario
 from clustersim.config.yamlsafe import parse_yaml
 from clustersim.errors import ConfigError, did_you_mean
 from clustersim.outdir import MAX_NAME_CHARS, safe_name, unique_names
 from clustersim.sweeps import SweepResult, run_sweep, sweep_from_mapping
 from clustersim.sweeps.execute import OnPoint, OnStart
 from clustersim.sweeps.spec import RESERVED_NAMES
+from clustersim.sweeps.store import run_dir
+from clustersim.sweeps.worker import flatten_summary
 
 # (label as printed, column of points.parquet, scale)
 COLUMNS: tuple[tuple[str, str, float | None], ...] = (
@@ -156,19 +160,29 @@ def compare(
     jobs: int | None,
     on_start: OnStart | None = None,
     on_point: OnPoint | None = None,
+    tenant: str | None = None,
 ) -> tuple[list[dict[str, Any]], SweepResult]:
     """Run every variant (``jobs`` at a time) as a sweep into ``out_dir`` (None: a new folder
     ``runs/sweep-compare-<scenario>-<time>``); returns one table row per variant, in order, and the
-    sweep (a failed variant's row has only its name and ``error``)."""
+    sweep (a failed variant's row has only its name and ``error``). With ``tenant``, the request
+    counts, latencies and token rates are that tenant's (the summary's ``tenants`` block)."""
     spec = sweep_from_mapping(sweep_of(scenario_path, vary, base_overrides), "--vary")
+    if tenant is not None:
+        names = [t.name for t in load_scenario(scenario_path, list(base_overrides)).scenario.workload.tenants]
+        if tenant not in names:
+            raise ConfigError(
+                "--tenant", "", f"no tenant '{tenant}'{did_you_mean(tenant, names)}; the tenants: {', '.join(names)}"
+            )
     result = run_sweep(spec, scenario_path, out_dir, source="--vary", jobs=jobs, on_start=on_start, on_point=on_point)
     rows = []
-    for name, row in zip(variant_names(parse_vary(vary)), result.rows, strict=True):
+    for name, point, row in zip(variant_names(parse_vary(vary)), result.points, result.rows, strict=True):
         out: dict[str, Any] = {"variant": name}
         if row.get("status") != "ok":
             out["error"] = row.get("error") or "not run"
             rows.append(out)
             continue
+        if tenant is not None:
+            row = {**row, **tenant_columns(run_dir(result.out_dir, point) / "summary.json", tenant)}
         for label, key, scale in COLUMNS[1:]:
             value = row.get(key)
             out[label] = value * scale if value is not None and scale is not None else value
@@ -176,6 +190,12 @@ def compare(
             out[WINDOW_LABEL] = row[WINDOW_KEY]
         rows.append(out)
     return rows, result
+
+
+def tenant_columns(summary_path: Path, tenant: str) -> dict[str, Any]:
+    """One tenant's figures of a run, as the columns of ``points.parquet`` name the run's own."""
+    tenants = json.loads(summary_path.read_text(encoding="utf-8")).get("tenants", {})
+    return flatten_summary(tenants[tenant]) if tenant in tenants else {}
 
 
 def select_columns(text: str | None) -> list[str]:

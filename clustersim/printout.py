@@ -80,10 +80,18 @@ def format_summary(summary: dict[str, Any]) -> str:
     if "speculative" in summary:
         spec = summary["speculative"]
         draft = f" ({spec['draft_model']})" if spec.get("draft_model") else ""
-        lines.append(
-            f"speculative decoding: {spec['kind']}{draft}, {spec['num_speculative_tokens']} drafts a step accepted "
-            f"at {spec['acceptance_rate']:g}: {spec['tokens_per_verify_step']:.2f} tokens per verify step"
-        )
+        head = f"speculative decoding: {spec['kind']}{draft}, {spec['num_speculative_tokens']} drafts a step"
+        if "tenants" in spec:
+            by_tenant = ", ".join(
+                f"{name} {t['tokens_per_verify_step']:.2f} ({_rate(t['acceptance_rate'])})"
+                for name, t in spec["tenants"].items()
+            )
+            lines.append(f"{head}; tokens per verify step by tenant (acceptance): {by_tenant}")
+        else:
+            lines.append(
+                f"{head} accepted at {spec['acceptance_rate']:g}: {spec['tokens_per_verify_step']:.2f} tokens per "
+                "verify step"
+            )
     if "autoscaler" in summary:
         scaler = summary["autoscaler"]
         lines.append(
@@ -134,3 +142,10 @@ def _transfers_line(moved: dict[str, Any]) -> str:
         f"busy: prefill pool {_fmt(moved['prefill_pool']['mean_busy_frac'], 100, 1)}%, "
         f"decode pool {_fmt(moved['decode_pool']['mean_busy_frac'], 100, 1)}%"
     )
+
+
+def _rate(rate: float | dict[str, Any]) -> str:
+    """An acceptance rate as the printout shows it: the number, or its beta distribution's mean."""
+    if isinstance(rate, dict):
+        return f"beta mean {rate['mean']:g}, concentration {rate['concentration']:g}"
+    return f"{rate:g}"

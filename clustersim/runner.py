@@ -29,6 +29,7 @@ from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.scenario import Scenario
+from clustersim.config.speculative import BetaAcceptance, Speculative
 from clustersim.eventlog import RunLog
 from clustersim.invariants import InvariantViolation, ReplicaEndState, check_run
 from clustersim.lifecyclestats import autoscaler_summary, faults_summary, read_lifecycle
@@ -174,8 +175,26 @@ def design_blocks(
         }
     if scenario.speculative is not None:
         spec = scenario.speculative
-        blocks["speculative"] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
+        blocks["speculative"] = speculative_summary(spec, [t.name for t in scenario.workload.tenants])
     return blocks
+
+
+def speculative_summary(spec: Speculative, tenants: list[str]) -> dict[str, Any]:
+    """The ``speculative`` block: the section, E at the default rate, and with rates that differ by
+    tenant or by request, each tenant's rate and mean E and the pace decode steps are priced at."""
+    block: dict[str, Any] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
+    rates = [spec.rate_of(t) for t in tenants]
+    if any(isinstance(r, BetaAcceptance) for r in rates) or len(set(map(str, rates))) > 1:
+        block["max_tokens_per_verify_step"] = spec.max_tokens_per_step(tenants)
+        block["tenants"] = {
+            t: {"acceptance_rate": _dumped(spec.rate_of(t)), "tokens_per_verify_step": spec.tokens_per_step(t)}
+            for t in tenants
+        }
+    return block
+
+
+def _dumped(rate: float | BetaAcceptance) -> float | dict[str, Any]:
+    return rate.model_dump() if isinstance(rate, BetaAcceptance) else rate
 
 
 def measured_requests(out_dir: Path, window: ArrivalWindow, requests: RequestTotals) -> Measured:

@@ -240,7 +240,8 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from, found)
     cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
     if spec is not None:
-        cost_model = speculative_cost(spec, cost_model, found, gpu, tp)
+        pace = spec.max_tokens_per_step(t.name for t in scenario.workload.tenants)
+        cost_model = speculative_cost(spec, cost_model, found, gpu, tp, pace)
     kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
     return GroupPlan(
         where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model, group.role

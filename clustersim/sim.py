@@ -11,8 +11,10 @@ import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from clustersim.acceptance import AcceptanceDraws
 from clustersim.autoscale import AutoscalerProcess
 from clustersim.clock import HORIZON_PRIORITY, Clock
+from clustersim.config.scenario import Scenario
 from clustersim.disagg import Endpoint, KVTransfers
 from clustersim.eventlog import RunLog
 from clustersim.faults import FaultInjector
@@ -121,6 +123,22 @@ def start_traffic(
     return traffic
 
 
+def with_acceptance(scenario: Scenario, dispatch: Callable[[Request], None]) -> Callable[[Request], None]:
+    """``dispatch``, first giving each arrival its share of the decode steps when requests differ in
+    speculative acceptance rate (:mod:`clustersim.acceptance`); as is otherwise."""
+    if scenario.speculative is None:
+        return dispatch
+    draws = AcceptanceDraws(scenario.speculative, [t.name for t in scenario.workload.tenants], scenario.seed)
+    if draws.all_full:
+        return dispatch
+
+    def arrive(request: Request) -> None:
+        draws.assign(request)
+        dispatch(request)
+
+    return arrive
+
+
 def simulate(
     plan: RunPlan,
     log: RunLog,
@@ -165,7 +183,8 @@ def simulate(
             on_final(request)
 
     moving = scenario.moves_replicas
-    traffic = start_traffic(plan, clock, workload_data, window, dispatch_up if moving else dispatch, completions)
+    arrive = with_acceptance(scenario, dispatch_up if moving else dispatch)
+    traffic = start_traffic(plan, clock, workload_data, window, arrive, completions)
     if moving:
         lifecycle = start_lifecycle(plan, clock, replicas, make, on_final, traffic)
         lifecycle.dispatch = dispatch_up

@@ -70,13 +70,14 @@ def draft_gpu(gpu: GpuSpec) -> GpuSpec:
 
 
 def speculative_cost(
-    config: Speculative, target_cost: CostModel, found: Proposer, gpu: GpuSpec, tp: int
+    config: Speculative, target_cost: CostModel, found: Proposer, gpu: GpuSpec, tp: int, tokens_per_step: float
 ) -> SpeculativeCostModel:
-    """``target_cost`` with speculation on its decode steps."""
+    """``target_cost`` with speculation on its decode steps, each a ``1 / tokens_per_step`` share of a
+    verify cycle (the fastest request's pace: :meth:`Speculative.max_tokens_per_step`)."""
     if not hasattr(target_cost, "verify_step_shape"):  # every built-in cost model has it
         raise TypeError(f"{type(target_cost).__name__} cannot price a verify step")
     draft: CostModel | None = None
     if found.model is not None and isinstance(target_cost, RooflineCostModel):
         draft = RooflineCostModel(found.model, draft_gpu(gpu), tp, 1)
     verifying: VerifyingCostModel = target_cost  # type: ignore[assignment]
-    return SpeculativeCostModel(verifying, draft, config.num_speculative_tokens, config.tokens_per_step())
+    return SpeculativeCostModel(verifying, draft, config.num_speculative_tokens, tokens_per_step)

@@ -94,6 +94,11 @@ clustersim compare speculative-decoding --set speculative=null --vary workload.t
 clustersim compare speculative-decoding --vary workload.tenants.0.arrival.num_users=1,8,32,128,256 \
   --columns "ITL p50 ms,TPOT p50 ms,TTFT p50 ms,out tok/s" --out "$out/eagle" --doc docs/speculative.md#eagle
 clustersim plan spec-latency-tier --out "$out/spec-plan" --doc docs/speculative.md#latency-tier
+for tenant in code chat; do  # docs/speculative.md: each tenant's latency when acceptance differs by tenant
+  clustersim compare speculative-tenants --tenant "$tenant" --vary workload.tenants.1.arrival.num_users=1,8,32 \
+    --columns "completed,TPOT p50 ms,TPOT p99 ms,ITL p50 ms,out tok/s" --out "$out/spec-$tenant" \
+    --doc "docs/speculative.md#tenants-$tenant"
+done
 clustersim sweep scenarios/sweeps/speculative-users.yaml --out "$out/spec-users" --quiet
 clustersim report "$out/spec-users" --out "$out/spec-users-figures" \
   && cp "$out/spec-users-figures/latency_vs_achieved.png" docs/figures/speculative-users.png

@@ -145,15 +145,29 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def acceptance_rates() -> st.SearchStrategy[Any]:
+    """A fixed acceptance rate, or a beta distribution each request draws its own from."""
+    beta = st.fixed_dictionaries(
+        {
+            "kind": st.just("beta"),
+            "mean": st.sampled_from([0.1, 0.5, 0.9]),
+            "concentration": st.sampled_from([0.5, 4.0, 50.0]),
+        }
+    )
+    return st.one_of(st.sampled_from([0.0, 0.3, 0.8, 1.0]), beta)
+
+
 @st.composite
 def speculative(draw: st.DrawFn) -> dict[str, Any]:
     """Speculative decoding with any proposer (a draft model of the target's own family)."""
     kind = draw(st.sampled_from(["ngram", "eagle", "draft_model"]))
-    drawn = {
+    drawn: dict[str, Any] = {
         "kind": kind,
         "num_speculative_tokens": draw(st.integers(1, 5)),
-        "acceptance_rate": draw(st.sampled_from([0.0, 0.3, 0.8, 1.0])),
+        "acceptance_rate": draw(acceptance_rates()),
     }
+    if draw(st.booleans()):  # its own rate for the explicit tenant (the closed-loop users keep the default)
+        drawn["tenant_acceptance_rates"] = {"t": draw(acceptance_rates())}
     return {**drawn, "draft_model": "Llama-3.1-8B"} if kind == "draft_model" else drawn
 
 

@@ -167,6 +167,8 @@ def check_unknown_keys(raw: Any, annotation: Any, source: str, path: str = "") -
         models = [m for m in (_unwrap(m)[0] for m in members) if _is_model(m)]
         if discriminator and isinstance(raw, dict) and models:
             check_unknown_keys(raw, _pick_member(raw, models, discriminator, source, path), source, path)
+        elif isinstance(raw, dict) and len(models) == 1:  # a number or a mapping (one model's fields)
+            check_unknown_keys(raw, models[0], source, path)
         return
     if _is_model(annotation):
         if not isinstance(raw, dict):
@@ -234,6 +236,9 @@ def _loc_path(loc: tuple[int | str, ...], model: type[BaseModel]) -> str:
         elif _is_model(annotation) and part in annotation.model_fields:
             path = _join(path, part)
             annotation = annotation.model_fields[part].annotation
+        elif get_origin(annotation) is dict and isinstance(part, str):  # a key of a mapping field
+            path = _join(path, part)
+            annotation = get_args(annotation)[1]
         elif annotation is Any and isinstance(part, str) and part.isidentifier():
             path = _join(path, part)
         # otherwise: a union-member label such as 'int' or 'function-after[...]'

@@ -369,6 +369,18 @@ class Scenario(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _acceptance_tenants(self) -> Scenario:
+        if self.speculative is not None:
+            names = [t.name for t in self.workload.tenants]
+            for tenant in self.speculative.tenant_acceptance_rates:
+                if tenant not in names:
+                    raise ValueError(
+                        f"speculative.tenant_acceptance_rates.{tenant}: no such tenant{did_you_mean(tenant, names)}; "
+                        f"the tenants: {', '.join(names)}"
+                    )
+        return self
+
+    @model_validator(mode="after")
     def _fault_replicas(self) -> Scenario:
         if isinstance(self.faults, ScriptedFaults):
             count = self.cluster.total_replicas

@@ -14,13 +14,21 @@ et al., "EAGLE", ICML'24: the draft head is a single transformer layer); ``ngram
 the host (vLLM's ``ngram`` method), with no GPU work. The acceptance rate is the user's measured
 figure (published ones: docs/speculative.md); there is no default, because it depends on the
 proposer, the model pair, the task and the temperature.
+
+The rate is one number for every request, or a beta distribution each request draws its own rate
+from (``{kind: beta, mean, concentration}``), and tenants may have their own
+(``tenant_acceptance_rates``): acceptance differs by task (EAGLE's acceptance length is higher on
+code than on chat: Li et al., Table 1; vLLM's n-gram lookup pays off on summarisation and code
+editing, where outputs repeat the prompt). A request keeps its rate wherever it runs.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from clustersim.config.base import StrictModel
 
@@ -28,12 +36,44 @@ ProposerKind = Literal["draft_model", "eagle", "ngram"]
 MAX_SPECULATIVE_TOKENS = 16  # vLLM's examples and EAGLE's trees use 1-8; more only costs verify work
 
 
+class BetaAcceptance(StrictModel):
+    """Each request draws its acceptance rate from a beta distribution of this ``mean`` and
+    ``concentration`` (alpha + beta of the distribution: larger is narrower; the standard deviation
+    is ``sqrt(mean (1 - mean) / (concentration + 1))``)."""
+
+    kind: Literal["beta"]
+    mean: float = Field(gt=0.0, lt=1.0)
+    concentration: float = Field(gt=0.0, le=1e4)
+
+    def tokens_per_step(self, num_speculative_tokens: int) -> float:
+        """E averaged over the distribution (midpoint rule on 2,000 cells of the density)."""
+        a, b = self.mean * self.concentration, (1.0 - self.mean) * self.concentration
+        cells = 2000
+        logs = [_beta_log_density((i + 0.5) / cells, a, b) for i in range(cells)]
+        top = max(logs)
+        weights = [math.exp(v - top) for v in logs]
+        values = [expected_tokens_per_step((i + 0.5) / cells, num_speculative_tokens) for i in range(cells)]
+        return sum(w * v for w, v in zip(weights, values, strict=True)) / sum(weights)
+
+
+def _rate_form(value: Any) -> str:
+    """A mapping is a distribution (its errors are its own), anything else a number."""
+    return "distribution" if isinstance(value, dict | BetaAcceptance) else "number"
+
+
+AcceptanceRate = Annotated[
+    Annotated[float, Field(ge=0.0, le=1.0), Tag("number")] | Annotated[BetaAcceptance, Tag("distribution")],
+    Discriminator(_rate_form),
+]
+
+
 class Speculative(StrictModel):
     """Speculative decoding: the proposer, how many tokens it drafts, how often each is accepted."""
 
     kind: ProposerKind
     num_speculative_tokens: int = Field(ge=1, le=MAX_SPECULATIVE_TOKENS)
-    acceptance_rate: float = Field(ge=0.0, le=1.0)
+    acceptance_rate: AcceptanceRate
+    tenant_acceptance_rates: dict[str, AcceptanceRate] = Field(default_factory=dict)
     draft_model: str | None = None
 
     @model_validator(mode="after")
@@ -44,9 +84,32 @@ class Speculative(StrictModel):
             raise ValueError(f"draft_model: only kind draft_model runs a draft model (this is {self.kind})")
         return self
 
-    def tokens_per_step(self) -> float:
-        """E: tokens a sequence gains per verify step on average."""
-        return expected_tokens_per_step(self.acceptance_rate, self.num_speculative_tokens)
+    def rate_of(self, tenant: str) -> float | BetaAcceptance:
+        """The acceptance rate (or its distribution) of ``tenant``'s requests."""
+        return self.tenant_acceptance_rates.get(tenant, self.acceptance_rate)
+
+    def tokens_per_step(self, tenant: str | None = None) -> float:
+        """E: tokens a sequence (of ``tenant``, else of the default rate) gains per verify step on average."""
+        rate = self.acceptance_rate if tenant is None else self.rate_of(tenant)
+        if isinstance(rate, BetaAcceptance):
+            return rate.tokens_per_step(self.num_speculative_tokens)
+        return expected_tokens_per_step(rate, self.num_speculative_tokens)
+
+    def uniform(self, tenants: Iterable[str]) -> bool:
+        """Whether every request of these tenants has one and the same fixed rate."""
+        rates = {self.rate_of(t) for t in tenants if not isinstance(self.rate_of(t), BetaAcceptance)}
+        return len(rates) <= 1 and not any(isinstance(self.rate_of(t), BetaAcceptance) for t in tenants)
+
+    def max_tokens_per_step(self, tenants: Iterable[str]) -> float:
+        """The most tokens per verify step any request of these tenants may gain (a drawn rate may
+        approach 1: ``k + 1``). Decode steps are priced as this share of a verify cycle, and slower
+        requests gain a token at only some of them (:mod:`clustersim.shares`)."""
+        k = self.num_speculative_tokens
+        best = 0.0
+        for tenant in tenants:
+            rate = self.rate_of(tenant)
+            best = max(best, k + 1.0 if isinstance(rate, BetaAcceptance) else expected_tokens_per_step(rate, k))
+        return best
 
 
 def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int) -> float:
@@ -56,3 +119,8 @@ def expected_tokens_per_step(acceptance_rate: float, num_speculative_tokens: int
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def _beta_log_density(x: float, a: float, b: float) -> float:
+    """The log of the beta(a, b) density at ``x`` in (0, 1), up to its constant."""
+    return (a - 1.0) * math.log(x) + (b - 1.0) * math.log1p(-x)

@@ -14,7 +14,8 @@ A step that carries prompt chunks runs without speculation (SGLang and vLLM V0 s
 decode batches; vLLM V1 also speculates beside chunks): the target's step, plus the proposer's pass
 over the same tokens, which keeps its KV cache whole. What it leaves out: tokens arrive one by one
 at the mean pace, not in bursts of accepted drafts (the mean ITL and TPOT are right, the spread of
-single gaps is not); one acceptance rate for every request.
+single gaps is not). With acceptance rates that differ by tenant or request, ``E`` is the fastest
+request's and slower ones gain a token at only their share of the steps (:mod:`clustersim.acceptance`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class SpeculativeCostModel:
     target: VerifyingCostModel
     draft: CostModel | None  # the proposer's GPU work per drafted token; None: none (n-gram)
     num_speculative_tokens: int
-    tokens_per_step: float  # E
+    tokens_per_step: float  # E (the fastest request's, when rates differ)
     _shapes: dict[int, DecodeStepShape] = field(default_factory=dict, init=False, repr=False)
 
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:

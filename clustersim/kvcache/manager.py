@@ -5,7 +5,9 @@ knows each decoding sequence's blocks by residue: a sequence whose KV tokens aft
 are ``kv_offset + D`` needs a new block at the steps D with ``(kv_offset + D) mod block_size == 1``,
 so bucket ``(1 - D) mod block_size`` is exactly the set that grows at decode step D. Growth over a
 run of steps, and how many steps the free blocks pay for, are then sums over buckets, never loops
-over sequences.
+over sequences. Sequences with less than the full share of the decode steps (``share_tokens``) are
+bucketed the same way by their own token count, one set of buckets per share; the replica never
+runs several steps as one while any decodes, so the run sums count full-share sequences only.
 
 :class:`KVManager` is the paged allocator (vLLM's PagedAttention: interchangeable blocks, no
 external fragmentation); :class:`clustersim.kvcache.contiguous.ContiguousKV` places each
@@ -29,6 +31,9 @@ from clustersim.kvcache.sequence import (
     capacity_reason,
     prefill_tokens_of,
 )
+from clustersim.shares import FULL_SHARE, share_tokens
+
+Buckets = list[dict[int, KVSequence]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +74,9 @@ class KVManager:
         self.host_used_blocks = 0
         self.prefix_lookup_tokens = 0  # prompt tokens of first admissions
         self.prefix_hit_tokens = 0  # ... of which the prefix cache held
-        self._num_decoding = 0
-        self._buckets: list[dict[int, KVSequence]] = [{} for _ in range(self.block_size_tokens)]
+        self._num_decoding = 0  # of the full share
+        self._buckets: Buckets = [{} for _ in range(self.block_size_tokens)]
+        self._share_buckets: dict[int, Buckets] = {}  # the other shares' decoding sequences, by share
 
     # ------------------------------------------------------------------ admission
     def rejection_reason(self, request: Lengths) -> str:
@@ -217,8 +223,41 @@ class KVManager:
         """A sequence (with ``kv_offset`` set) starts decoding holding ``kv_tokens`` tokens."""
         bs = self.block_size_tokens
         self.filled_blocks += blocks_for_tokens(kv_tokens, bs) - seq.cached_tokens // bs
-        self._buckets[seq.kv_offset % bs][id(seq)] = seq
-        self._num_decoding += 1
+        self._bucket_in(seq)
+
+    def _bucket_in(self, seq: KVSequence) -> None:
+        bs = self.block_size_tokens
+        if seq.share == FULL_SHARE:
+            self._buckets[seq.kv_offset % bs][id(seq)] = seq
+            self._num_decoding += 1
+            return
+        buckets = self._share_buckets.get(seq.share)
+        if buckets is None:
+            buckets = self._share_buckets[seq.share] = [{} for _ in range(bs)]
+        buckets[seq.kv_offset % bs][id(seq)] = seq
+
+    def _bucket_out(self, seq: KVSequence) -> None:
+        bs = self.block_size_tokens
+        if seq.share == FULL_SHARE:
+            del self._buckets[seq.kv_offset % bs][id(seq)]
+            self._num_decoding -= 1
+            return
+        buckets = self._share_buckets[seq.share]
+        del buckets[seq.kv_offset % bs][id(seq)]
+        if not any(buckets):
+            del self._share_buckets[seq.share]
+
+    def _crossing_shares(self, d: int) -> list[dict[int, KVSequence]]:
+        """The sequences of the shares below full that cross a block boundary at decode step ``d``."""
+        bs = self.block_size_tokens
+        crossing = []
+        for share, buckets in self._share_buckets.items():
+            tokens = share_tokens(d, share)
+            if tokens != share_tokens(d - 1, share):  # the share gains a token at step d
+                bucket = buckets[(1 - tokens) % bs]
+                if bucket:
+                    crossing.append(bucket)
+        return crossing
 
     def growth(self, first_index: int, last_index: int) -> int:
         """Blocks the decoding sequences take over decode steps ``first..last`` (no one finishes between)."""
@@ -263,6 +302,9 @@ class KVManager:
         self.grown_through = d
         bucket = self._buckets[(1 - d) % self.block_size_tokens]
         need = len(bucket)
+        others = self._crossing_shares(d) if self._share_buckets else None
+        if others:
+            need += sum(len(b) for b in others)
         if not self.growing:  # the reservations already hold the new tokens
             self.filled_blocks += need
             return []
@@ -271,6 +313,8 @@ class KVManager:
             self.pool.allocate(need)
             self.filled_blocks += need
             return []
+        if others:
+            return [*bucket.values(), *(seq for b in others for seq in b.values())]
         return list(bucket.values())
 
     def grow_one(self) -> None:
@@ -293,7 +337,7 @@ class KVManager:
         if not self.growing or not seq.decoding:
             return seq.reserved_blocks
         bs = self.block_size_tokens
-        return blocks_for_tokens(seq.kv_offset + last_index, bs) - seq.cached_tokens // bs
+        return blocks_for_tokens(seq.kv_offset + share_tokens(last_index, seq.share), bs) - seq.cached_tokens // bs
 
     # ------------------------------------------------------------------ leaving
     def vacate(self, seq: KVSequence, last_index: int, computed_tokens: int) -> None:
@@ -315,9 +359,9 @@ class KVManager:
         self._unplace(seq)
         if seq.decoding:
             bs = self.block_size_tokens
-            self.filled_blocks -= blocks_for_tokens(seq.kv_offset + last_index, bs) - seq.cached_tokens // bs
-            del self._buckets[seq.kv_offset % bs][id(seq)]
-            self._num_decoding -= 1
+            kv_tokens = seq.kv_offset + share_tokens(last_index, seq.share)
+            self.filled_blocks -= blocks_for_tokens(kv_tokens, bs) - seq.cached_tokens // bs
+            self._bucket_out(seq)
 
     def _unplace(self, seq: KVSequence) -> None:
         """Return the reservation's place (paged: nothing to do)."""
@@ -335,9 +379,11 @@ class KVManager:
         """Host memory takes ``num_blocks`` of a sequence being swapped out (its GPU blocks are vacated)."""
         self.host_used_blocks += num_blocks
 
-    def swap_in_blocks(self, kv_tokens: int) -> int:
-        """Blocks a swapped-out sequence with ``kv_tokens`` takes to come back, with room for its next token."""
-        return blocks_for_tokens(kv_tokens + 1, self.block_size_tokens)
+    def swap_in_blocks(self, kv_tokens: int, share: int = FULL_SHARE, d: int = 0) -> int:
+        """Blocks a swapped-out sequence with ``kv_tokens`` takes to come back at decode step ``d``,
+        with room for the token it gains there (if its ``share`` gains one at ``d``)."""
+        gained = share_tokens(d, share) - share_tokens(d - 1, share)
+        return blocks_for_tokens(kv_tokens + gained, self.block_size_tokens)
 
     def swap_in(self, seq: KVSequence, num_blocks: int, host_blocks: int, d: int) -> None:
         """A swapped-out sequence (``kv_offset`` set) comes back with ``num_blocks`` for decode step ``d``."""
@@ -346,8 +392,7 @@ class KVManager:
         self.pool.allocate(num_blocks)
         seq.reserved_blocks = num_blocks
         self.filled_blocks += num_blocks
-        self._buckets[seq.kv_offset % self.block_size_tokens][id(seq)] = seq
-        self._num_decoding += 1
+        self._bucket_in(seq)
 
     # ------------------------------------------------------------------ views
     @property

@@ -11,6 +11,7 @@ from typing import Literal, Protocol
 
 from clustersim.architecture import blocks_for_tokens
 from clustersim.kvcache.prefix import Segment
+from clustersim.shares import FULL_SHARE
 
 Reservation = Literal["grow", "sequence", "max_output", "max_model_len"]
 
@@ -40,7 +41,8 @@ class Lengths(Protocol):
 class KVSequence:
     """A sequence holding KV memory.
 
-    ``kv_offset``: once decoding, its KV tokens after decode step D are ``kv_offset + D``.
+    ``kv_offset``: once decoding, its KV tokens after decode step D are ``kv_offset + D`` (with a
+    ``share`` below the full one, ``kv_offset + share_tokens(D, share)``).
     ``cached_tokens``: leading prompt tokens reused from the prefix cache (whole blocks).
     ``reserved_blocks``: blocks taken on admission; ``region_start``: its region in a contiguous space.
     """
@@ -55,6 +57,7 @@ class KVSequence:
         "region_start",
         "request",
         "reserved_blocks",
+        "share",
     )
 
     def __init__(self, request: Lengths, cached_tokens: int = 0) -> None:
@@ -65,6 +68,7 @@ class KVSequence:
         self.cached_tokens = cached_tokens
         self.reserved_blocks = 0
         self.region_start = -1
+        self.share = FULL_SHARE
         self.hit_segments: list[Segment] = []  # cached segments it reuses (pinned while it runs)
         self.own_segments: list[Segment] = []  # its prompt's other segments: cached when it leaves
 

@@ -33,7 +33,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         step.started_at_s,
         now_s - step.started_at_s,
         kv.pool.num_total_blocks,
-        seats.kv_offset_sum + seats.num_decode * last_index - seats.decoder_cached_sum + seats.prefill_done_sum,
+        seats.stored_tokens(last_index),
         filled,
         kv.pool.num_used_blocks - cached,
         cached,

@@ -7,6 +7,7 @@ part, how many sequences were preempted and how many KV blocks crossed PCIe.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from clustersim.cost.base import StepBatch
@@ -101,7 +102,9 @@ class Builder:
         core, d = self._core, self.decode_index
         self.includes_decodes = True
         short = core.kv.grow(d)
-        for seq in short:  # admission order, as each would take its block in turn
+        if len(short) > 1:  # admission order, as each would take its block in turn: a preempted
+            short.sort(key=attrgetter("order"))  # sequence (the newest) never took its block yet
+        for seq in short:
             # a preempted sequence's computed blocks may go to the prefix cache, not the free pool:
             # they count, as unused cached blocks do (evicted when the block is taken)
             while seq.alive and core.kv.growth_free() == 0:
@@ -117,7 +120,7 @@ class Builder:
         core = self._core
         while core.swapped and len(core.seats.seats) < core.limits.max_num_seqs:
             request, kv_tokens, host_blocks = core.swapped[0]
-            need = core.kv.swap_in_blocks(kv_tokens)
+            need = core.kv.swap_in_blocks(kv_tokens, request.decode_share, self.decode_index)
             free = core.kv.pool.num_free_blocks - (core.kv.spec.watermark_blocks if core.seats.seats else 0)
             if need > free:
                 break
@@ -250,11 +253,9 @@ class Builder:
         seats = self._core.seats
         n = seats.num_decode if self.includes_decodes else 0
         chunks = self.chunks
+        context = seats.decode_context_tokens(self.decode_index) if n else 0
         if not chunks:
-            return StepBatch((), (), n, seats.kv_offset_sum + n * self.decode_index) if n else None
+            return StepBatch((), (), n, context) if n else None
         return StepBatch(
-            tuple([c for _, c in chunks]),
-            tuple([s.cached_tokens + s.done_tokens for s, _ in chunks]),
-            n,
-            seats.kv_offset_sum + n * self.decode_index if n else 0,
+            tuple([c for _, c in chunks]), tuple([s.cached_tokens + s.done_tokens for s, _ in chunks]), n, context
         )

@@ -233,7 +233,7 @@ class Core:
 
     def _run_length(self, step: Step) -> int:
         """How many identical decode steps follow from ``step``'s plan with nothing else happening."""
-        if not self.spec.fast_forward:
+        if not self.spec.fast_forward or self.seats.lanes:  # shares below full: context grows unevenly
             return 1
         d = step.first_index
         num_steps = self.seats.next_finish_index() - d + 1
@@ -255,6 +255,9 @@ class Core:
     def end(self, step: Step, num_steps: int, now_s: float) -> None:
         """Account for the first ``num_steps`` steps of ``step``, which ended at ``now_s``."""
         first = step.first_index
+        num_decode_tokens = step.batch.num_decode_seqs  # each gains a token (unless its share skips the step)
+        if num_decode_tokens and self.seats.lanes:
+            num_decode_tokens -= self.seats.num_silent(first)
         grown = self.kv.grow_through(first + 1, first + num_steps - 1) if num_steps > 1 else 0
         # the decode index of the last step; a step that pauses the decodes sits just before the next one
         last_index = first + num_steps - 1 if step.advances else first - 1
@@ -290,8 +293,8 @@ class Core:
                 batch.num_seqs,
                 len(step.chunks),  # num_prefill_seqs
                 batch.num_prefill_tokens,
-                batch.num_decode_seqs,  # num_decode_tokens
-                batch.num_decode_seqs + num_first_tokens,  # num_emitted_tokens
+                num_decode_tokens,
+                num_decode_tokens + num_first_tokens,  # num_emitted_tokens
                 pool.num_used_blocks,  # kv_used_blocks
                 pool.num_total_blocks,  # kv_total_blocks
                 step.num_preempted,  # num_preemptions
@@ -328,7 +331,7 @@ class Core:
     def vacate(self, seat: Seat, last_index: int) -> Request:
         """Free a seat and the blocks it held after decode step ``last_index``."""
         # a decoding seat has computed its KV tokens (prompt and output so far); a prefilling one its chunks
-        computed = seat.kv_offset + last_index if seat.decoding else seat.cached_tokens + seat.done_tokens
+        computed = self.seats.kv_tokens_at(seat, last_index) if seat.decoding else seat.cached_tokens + seat.done_tokens
         self.kv.vacate(seat, last_index, computed)
         self.seats.remove(seat)
         return seat.request
@@ -337,13 +340,13 @@ class Core:
         """Preempt before decode step ``d``: swap the sequence out if host memory has room (returns the
         blocks copied), else recompute it later (free the seat, requeue the request at the head)."""
         blocks = self.kv.swap_out_blocks(seat, d - 1)
-        kv_tokens = seat.kv_offset + d - 1
+        kv_tokens = self.seats.kv_tokens_at(seat, d - 1)
         decoding = seat.decoding
         if decoding:
             self.gaps.left(seat, d)
         request = self.vacate(seat, d - 1)
         if decoding:
-            request.num_emitted_tokens = seat.emit_base + d - 1
+            request.num_emitted_tokens = self.seats.emitted_at(seat, d - 1)
         request.num_preemptions += 1
         self.num_preemptions += 1
         if blocks:

@@ -5,6 +5,11 @@ with its decode index ``D`` (a ``vllm`` prefill-only step pauses the decodes and
 it). A decoding sequence's KV tokens and emitted tokens are affine in ``D``, so the set keeps only
 sums: the number of decoding sequences and the sum of their context offsets, which give the
 step's total decode context in O(1). Finishes come from a heap keyed by decode index.
+
+A sequence with less than the full share of the decode steps (speculative decoding with requests of
+different acceptance rates: :mod:`clustersim.acceptance`) gains a token only at the steps where
+``share_tokens(D, share)`` grows; its counters are affine in that count instead, and the sums and
+finish heap of each such share are kept apart in a :class:`ShareLane`.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import heapq
 
 from clustersim.kvcache.sequence import KVSequence
+from clustersim.shares import FULL_SHARE, share_tokens
 from clustersim.workload.request import GapKey, Request
 
 
@@ -20,7 +26,8 @@ class Seat(KVSequence):
 
     Decoding counters are affine in the decode index D: KV tokens after decode step D are
     ``kv_offset + D``; tokens emitted after decode step D are ``emit_base + D``; it finishes at
-    decode step ``finish_index``. The KV fields (:class:`KVSequence`) are the KV manager's.
+    decode step ``finish_index``. Below the full share, D is replaced by the share's token count
+    ``share_tokens(D, share)`` in all three. The KV fields (:class:`KVSequence`) are the KV manager's.
     """
 
     __slots__ = (
@@ -38,6 +45,7 @@ class Seat(KVSequence):
 
     def __init__(self, request: Request, order: int, prefill_tokens: int, cached_tokens: int = 0) -> None:
         super().__init__(request, cached_tokens)
+        self.share = request.decode_share
         self.order = order
         self.prefill_tokens = prefill_tokens  # tokens it computes before its next token (cached ones excluded)
         self.done_tokens = 0
@@ -49,12 +57,31 @@ class Seat(KVSequence):
         self.join_gap_s = float("-inf")
 
 
+class ShareLane:
+    """The decoding seats of one share below the full one: their count, offsets and finishes
+    (``finish_index`` counted in the share's tokens), and how many per gap key."""
+
+    __slots__ = ("by_key", "finish_heap", "kv_offset_sum", "num_decode", "share")
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self.num_decode = 0
+        self.kv_offset_sum = 0
+        self.finish_heap: list[tuple[int, int, Seat]] = []
+        self.by_key: dict[GapKey, int] = {}
+
+    def gains(self, index: int) -> bool:
+        """Whether its seats gain a token at decode step ``index``."""
+        return share_tokens(index, self.share) != share_tokens(index - 1, self.share)
+
+
 class SeatSet:
     """Seats in admission order, with the decode aggregates the step and the fast path need.
 
-    Invariants: ``num_decode`` and ``kv_offset_sum`` are over the decoding seats; ``prefill_done_sum``
-    is the computed prompt tokens of the prefilling ones; ``decode_index`` is the index of the next
-    decode step.
+    Invariants: ``num_decode`` counts the decoding seats; ``kv_offset_sum``, the finish heap and
+    ``decode_by_key`` are over those of the full share, ``lanes`` hold the others (one lane per share
+    that has any); ``prefill_done_sum`` is the computed prompt tokens of the prefilling ones;
+    ``decode_index`` is the index of the next decode step.
     """
 
     def __init__(self) -> None:
@@ -68,6 +95,8 @@ class SeatSet:
         self.decoder_cached_sum = 0  # cached prefix tokens of the decoding seats
         # decoding seats per (tenant, measured): inter-token gaps are counted per tenant, measured ones apart
         self.decode_by_key: dict[GapKey, int] = {}
+        self.lanes: dict[int, ShareLane] = {}  # decoding seats of the shares below full
+        self.num_in_lanes = 0
         self._num_admitted = 0
 
     def __len__(self) -> int:
@@ -87,7 +116,7 @@ class SeatSet:
         self._num_admitted += 1
         self.seats[request.request_id] = seat
         seat.done_tokens = kv_tokens
-        self._decode(seat, kv_tokens + 1 - d, d)
+        self._decode(seat, kv_tokens, seat.request.num_emitted_tokens, d - 1)
         return seat
 
     def start_decoding(self, seat: Seat, d: int) -> None:
@@ -95,19 +124,30 @@ class SeatSet:
         del self.prefilling[seat.request.request_id]
         self.prefill_done_sum -= seat.prefill_tokens
         self.decoder_cached_sum += seat.cached_tokens
-        self._decode(seat, seat.cached_tokens + seat.prefill_tokens - d, d)
+        self._decode(seat, seat.cached_tokens + seat.prefill_tokens, seat.request.num_emitted_tokens + 1, d)
 
-    def _decode(self, seat: Seat, kv_offset: int, d: int) -> None:
+    def _decode(self, seat: Seat, kv_tokens: int, emitted: int, index: int) -> None:
+        """``seat`` decodes after decode step ``index``, when it holds ``kv_tokens`` and has made ``emitted``."""
         request = seat.request
-        emitted = request.num_emitted_tokens
+        gained = share_tokens(index, seat.share)
         seat.decoding = True
-        seat.kv_offset = kv_offset
-        seat.emit_base = emitted + 1 - d
-        seat.finish_index = d + request.output_tokens - emitted - 1
-        heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
+        seat.kv_offset = kv_offset = kv_tokens - gained
+        seat.emit_base = emitted - gained
+        seat.finish_index = request.output_tokens - seat.emit_base
         self.num_decode += 1
-        self.kv_offset_sum += kv_offset
-        by_key = self.decode_by_key
+        if seat.share == FULL_SHARE:
+            heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
+            self.kv_offset_sum += kv_offset
+            by_key = self.decode_by_key
+        else:
+            lane = self.lanes.get(seat.share)
+            if lane is None:
+                lane = self.lanes[seat.share] = ShareLane(seat.share)
+            heapq.heappush(lane.finish_heap, (seat.finish_index, seat.order, seat))
+            lane.num_decode += 1
+            self.num_in_lanes += 1
+            lane.kv_offset_sum += kv_offset
+            by_key = lane.by_key
         by_key[request.gap_key] = by_key.get(request.gap_key, 0) + 1
 
     def advance_prefill(self, seat: Seat, tokens: int) -> bool:
@@ -130,9 +170,18 @@ class SeatSet:
         del self.seats[request_id]
         if seat.decoding:
             self.num_decode -= 1
-            self.kv_offset_sum -= seat.kv_offset
             self.decoder_cached_sum -= seat.cached_tokens
-            self.decode_by_key[seat.request.gap_key] -= 1
+            if seat.share == FULL_SHARE:
+                self.kv_offset_sum -= seat.kv_offset
+                self.decode_by_key[seat.request.gap_key] -= 1
+            else:
+                lane = self.lanes[seat.share]
+                lane.kv_offset_sum -= seat.kv_offset
+                lane.by_key[seat.request.gap_key] -= 1
+                lane.num_decode -= 1
+                self.num_in_lanes -= 1
+                if not lane.num_decode:
+                    del self.lanes[seat.share]
         else:
             self.prefill_done_sum -= seat.done_tokens
             del self.prefilling[request_id]
@@ -142,32 +191,55 @@ class SeatSet:
         return next(reversed(self.seats.values()))
 
     def decode_context_tokens(self, d: int) -> int:
-        """Sum over decoding seats of the tokens each attends to at decode step ``d``."""
-        return self.kv_offset_sum + self.num_decode * d
+        """Sum over decoding seats of the tokens each attends to at decode step ``d`` (its KV tokens after it)."""
+        if not self.lanes:
+            return self.kv_offset_sum + self.num_decode * d
+        tokens = self.kv_offset_sum + (self.num_decode - self.num_in_lanes) * d
+        for lane in self.lanes.values():
+            tokens += lane.kv_offset_sum + lane.num_decode * share_tokens(d, lane.share)
+        return tokens
 
     def stored_tokens(self, last_index: int) -> int:
         """Tokens in the KV cache after decode step ``last_index`` that the seats computed (cached ones excluded)."""
-        return self.kv_offset_sum + self.num_decode * last_index - self.decoder_cached_sum + self.prefill_done_sum
+        return self.decode_context_tokens(last_index) - self.decoder_cached_sum + self.prefill_done_sum
+
+    def num_silent(self, d: int) -> int:
+        """Decoding seats that gain no token at decode step ``d`` (their share skips it)."""
+        return sum(lane.num_decode for lane in self.lanes.values() if not lane.gains(d))
 
     def next_finish_index(self) -> int:
-        """The decode index at which the next decoding seat finishes (there is one)."""
+        """The decode index at which the next decoding seat finishes (all decode at the full share; there is one)."""
         heap = self._finish_heap
         while not heap[0][2].alive:
             heapq.heappop(heap)
         return heap[0][0]
 
     def pop_finished(self, last_index: int) -> list[Seat]:
-        """Live seats whose last token was made at or before decode step ``last_index``, in finish order."""
-        heap = self._finish_heap
-        done: list[Seat] = []
-        if not heap or heap[0][0] > last_index:
-            return done
-        while heap and heap[0][0] <= last_index:
-            seat = heapq.heappop(heap)[2]
-            if seat.alive:
-                done.append(seat)
+        """Live seats whose last token was made at or before decode step ``last_index``, in finish order
+        (by admission among those of one step)."""
+        done = _pop_through(self._finish_heap, last_index)
+        if self.lanes:
+            for lane in list(self.lanes.values()):
+                done += _pop_through(lane.finish_heap, share_tokens(last_index, lane.share))
+            done.sort(key=lambda seat: seat.order)  # several heaps: put one step's finishes in seat order
         return done
 
     def emitted_at(self, seat: Seat, last_index: int) -> int:
         """Output tokens a decoding seat has made after decode step ``last_index``."""
-        return seat.emit_base + last_index
+        return seat.emit_base + share_tokens(last_index, seat.share)
+
+    def kv_tokens_at(self, seat: Seat, last_index: int) -> int:
+        """KV tokens a decoding seat holds after decode step ``last_index``."""
+        return seat.kv_offset + share_tokens(last_index, seat.share)
+
+
+def _pop_through(heap: list[tuple[int, int, Seat]], last: int) -> list[Seat]:
+    """Pop the heap's entries keyed ``last`` or less; the live seats among them, in key order."""
+    done: list[Seat] = []
+    if not heap or heap[0][0] > last:
+        return done
+    while heap and heap[0][0] <= last:
+        seat = heapq.heappop(heap)[2]
+        if seat.alive:
+            done.append(seat)
+    return done

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
+from clustersim.shares import FULL_SHARE
+
 RequestStatus = Literal["completed", "rejected", "unfinished", "lost"]
 # a request's KV cache between a prefill and a decode replica (disaggregation): none to move; its
 # prompt is done and it waits at the decode replica to be pulled; its KV cache has landed there
@@ -30,6 +32,7 @@ class Request:
 
     __slots__ = (
         "arrival_at_s",
+        "decode_share",
         "finished_at_s",
         "first_scheduled_at_s",
         "first_token_at_s",
@@ -75,6 +78,7 @@ class Request:
         self.prefix_hash_ids = prefix_hash_ids
         self.ids_cover_output = ids_cover_output
         self.replica = -1
+        self.decode_share = FULL_SHARE  # its share of the decode steps (clustersim.acceptance)
         self.first_scheduled_at_s = math.nan
         self.first_token_at_s = math.nan
         self.finished_at_s = math.nan
