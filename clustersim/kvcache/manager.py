@@ -337,7 +337,8 @@ class KVManager:
         if not self.growing or not seq.decoding:
             return seq.reserved_blocks
         bs = self.block_size_tokens
-        return blocks_for_tokens(seq.kv_offset + share_tokens(last_index, seq.share), bs) - seq.cached_tokens // bs
+        gained = last_index if seq.share == FULL_SHARE else share_tokens(last_index, seq.share)
+        return blocks_for_tokens(seq.kv_offset + gained, bs) - seq.cached_tokens // bs
 
     # ------------------------------------------------------------------ leaving
     def vacate(self, seq: KVSequence, last_index: int, computed_tokens: int) -> None:

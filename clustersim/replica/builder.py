@@ -253,7 +253,12 @@ class Builder:
         seats = self._core.seats
         n = seats.num_decode if self.includes_decodes else 0
         chunks = self.chunks
-        context = seats.decode_context_tokens(self.decode_index) if n else 0
+        if not n:
+            context = 0
+        elif seats.lanes:
+            context = seats.decode_context_tokens(self.decode_index)
+        else:
+            context = seats.kv_offset_sum + n * self.decode_index
         if not chunks:
             return StepBatch((), (), n, context) if n else None
         return StepBatch(

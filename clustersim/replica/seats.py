@@ -129,7 +129,7 @@ class SeatSet:
     def _decode(self, seat: Seat, kv_tokens: int, emitted: int, index: int) -> None:
         """``seat`` decodes after decode step ``index``, when it holds ``kv_tokens`` and has made ``emitted``."""
         request = seat.request
-        gained = share_tokens(index, seat.share)
+        gained = index if seat.share == FULL_SHARE else share_tokens(index, seat.share)
         seat.decoding = True
         seat.kv_offset = kv_offset = kv_tokens - gained
         seat.emit_base = emitted - gained
@@ -201,7 +201,11 @@ class SeatSet:
 
     def stored_tokens(self, last_index: int) -> int:
         """Tokens in the KV cache after decode step ``last_index`` that the seats computed (cached ones excluded)."""
-        return self.decode_context_tokens(last_index) - self.decoder_cached_sum + self.prefill_done_sum
+        if self.lanes:
+            context = self.decode_context_tokens(last_index)
+        else:
+            context = self.kv_offset_sum + self.num_decode * last_index
+        return context - self.decoder_cached_sum + self.prefill_done_sum
 
     def num_silent(self, d: int) -> int:
         """Decoding seats that gain no token at decode step ``d`` (their share skips it)."""
@@ -217,11 +221,15 @@ class SeatSet:
     def pop_finished(self, last_index: int) -> list[Seat]:
         """Live seats whose last token was made at or before decode step ``last_index``, in finish order
         (by admission among those of one step)."""
-        done = _pop_through(self._finish_heap, last_index)
-        if self.lanes:
-            for lane in list(self.lanes.values()):
-                done += _pop_through(lane.finish_heap, share_tokens(last_index, lane.share))
-            done.sort(key=lambda seat: seat.order)  # several heaps: put one step's finishes in seat order
+        heap = self._finish_heap
+        if not self.lanes:
+            if not heap or heap[0][0] > last_index:
+                return []
+            return _pop_through(heap, last_index)
+        done = _pop_through(heap, last_index)
+        for lane in list(self.lanes.values()):
+            done += _pop_through(lane.finish_heap, share_tokens(last_index, lane.share))
+        done.sort(key=lambda seat: seat.order)  # several heaps: put one step's finishes in seat order
         return done
 
     def emitted_at(self, seat: Seat, last_index: int) -> int:
