@@ -15,6 +15,13 @@ computes its last prompt token,
 which samples its first token (vLLM V1 ``Scheduler._update_waiting_for_remote_kv``). TTFT therefore
 includes the prefill, the wait for the decode replica, the transfer and that first decode-side step.
 
+Failures (:mod:`clustersim.lifecycle`): a prefill replica that fails loses the KV caches it held for
+transfers; each such request is computed again, prompt and all, by its decode replica (vLLM's
+``recompute`` policy for a failed KV load), or by the one the decode router picks if it had none yet.
+A decode replica that fails hands back the requests whose KV cache was still at their prefill replica
+(waiting for their pull, or on the wire to it: that transfer is dropped) to be sent to another decode
+replica; those whose KV cache had landed there lost it and start again from the prefill pool.
+
 Nothing here decides what a replica does; it only moves requests between them at explicit instants,
 so the fast path and the step-by-step mode see the same moves.
 """
@@ -24,15 +31,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clustersim.clock import TRANSFER_PRIORITY, Clock
 from clustersim.config.disagg import Disaggregation, node_of
+from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.records import TransferRecord
+from clustersim.replica.core import Core
 from clustersim.replica.replica import Replica
 from clustersim.router import ROUTERS
-from clustersim.workload.request import AWAITING_PULL, LANDED, Request
+from clustersim.workload.request import AWAITING_PULL, LANDED, NO_REMOTE_KV, Request
 
 DECODE_ROUTER_STREAM_KEY = zlib.crc32(b"decode router")  # the decode router's own random stream
 
@@ -50,6 +59,8 @@ class OpenTransfer:
     pulled_at_s: float = math.nan
     started_at_s: float = math.nan
     landed_at_s: float = math.nan
+    kv_lost_at_s: float = math.nan
+    released_at_s: float = math.nan
 
 
 @dataclass(frozen=True)
@@ -102,33 +113,57 @@ class KVTransfers:
         self.receive_free_s = [[0.0] * len(replicas) for _ in links]
         self.rows: list[TransferRecord] = []
         self._open: dict[int, OpenTransfer] = {}  # request id -> its row so far
+        self._requests: dict[int, Request] = {}  # request id -> the request of an open row
         self._moving: dict[int, Request] = {}  # handed on but not yet queued, or pulled but not landed
-        for replica in self.prefill_pool:
-            replica.core.remote.on_prefilled = self._prefilled
-        for replica in self.decode_pool:
-            replica.core.remote.pull = self._pull
+        self._pulls: dict[int, object] = {}  # request id -> a token of the pull under way (a landing checks it)
+        # the decode replicas the decode router may choose now (with failures: those up) and how a
+        # request that cannot be served ends (rejected); both set by the run
+        self.up_decode: Callable[[], Sequence[Replica]] = lambda: self.decode_pool
+        self.reject: Callable[[Request, str], None] = lambda request, reason: None
+        for replica in replicas:
+            self.wire(replica.core)
+
+    def wire(self, core: Core) -> None:
+        """Connect a replica's core (a new one too, after a failure) to the hand-overs of its role."""
+        if core.spec.role == "prefill":
+            core.remote.on_prefilled = self._prefilled
+        elif core.spec.role == "decode":
+            core.remote.pull = self._pull
 
     # ------------------------------------------------------------------ the prefill side
     def _prefilled(self, request: Request, prefill_index: int, now_s: float) -> None:
-        tokens = request.prompt_tokens
+        tokens = prefill_tokens_of(request)  # a retried request recomputes the tokens it had made too
         kv_bytes = tokens * self.endpoints[prefill_index].kv_bytes_per_token
         self._open[request.request_id] = OpenTransfer(request.request_id, prefill_index, -1, tokens, kv_bytes, now_s)
+        self._requests[request.request_id] = request
         self._moving[request.request_id] = request
         request.remote_kv = AWAITING_PULL
         timer = self.clock.timer_at(now_s, TRANSFER_PRIORITY)
         timer.callbacks.append(lambda _: self._hand_on(request))
 
     def _hand_on(self, request: Request) -> None:
-        """The decode router picks a decode replica and the request joins its queue."""
         del self._moving[request.request_id]
-        pool = self.decode_pool
+        self._to_decode(request)
+
+    def _to_decode(self, request: Request) -> None:
+        """The decode router picks a decode replica among those up and the request joins its queue."""
+        row = self._open[request.request_id]
+        pool = self.up_decode()
+        if not pool:
+            if math.isnan(row.kv_lost_at_s):
+                self._release(request)
+            self._close(request.request_id)
+            self.reject(request, "no decode replica was up")
+            return
         if self.prefer_local:
-            node = self.node[self._open[request.request_id].prefill_replica]
+            node = self.node[row.prefill_replica]
             pool = [r for r in pool if self.node[r.index] == node] or pool
         decode = pool[self.router.choose(request, pool)]
-        self._open[request.request_id].decode_replica = decode.index
+        row.decode_replica = decode.index
         decode.enqueue(request)
-        if request.status == "rejected":  # it can never fit there: the prefill replica lets its blocks go
+        if not math.isnan(row.kv_lost_at_s):  # its KV cache was lost on the way: the decode replica computes it
+            self._close(request.request_id)
+        elif request.status == "rejected":  # it can never fit there: the prefill replica lets its blocks go
             self._release(request)
             self._close(request.request_id)
 
@@ -151,10 +186,14 @@ class KVTransfers:
         send_free_s[source] = receive_free_s[decode_index] = sent_s
         row.pulled_at_s, row.started_at_s = now_s, start_s
         self._moving[request.request_id] = request
+        token = self._pulls[request.request_id] = object()
         timer = self.clock.timer_at(landed_s, TRANSFER_PRIORITY)
-        timer.callbacks.append(lambda _: self._land(request, decode_index))
+        timer.callbacks.append(lambda _: self._land(request, decode_index, token))
 
-    def _land(self, request: Request, decode_index: int) -> None:
+    def _land(self, request: Request, decode_index: int, token: object) -> None:
+        if self._pulls.get(request.request_id) is not token:  # dropped meanwhile (a replica failed)
+            return
+        del self._pulls[request.request_id]
         del self._moving[request.request_id]
         self._open[request.request_id].landed_at_s = self.clock.now
         self._release(request)
@@ -166,12 +205,66 @@ class KVTransfers:
 
     # ------------------------------------------------------------------ books
     def _release(self, request: Request) -> None:
-        prefill = self.replicas[self._open[request.request_id].prefill_replica]
+        row = self._open[request.request_id]
+        row.released_at_s = self.clock.now
+        prefill = self.replicas[row.prefill_replica]
         prefill.core.remote.release_sent(request)
         prefill.wake()
 
     def _close(self, request_id: int) -> None:
+        del self._requests[request_id]
         self.rows.append(TransferRecord(*dataclasses.astuple(self._open.pop(request_id))))
+
+    # ------------------------------------------------------------------ failures
+    def failed(self, index: int) -> list[Request]:
+        """Replica ``index`` failed now. A prefill replica's KV caches not yet landed are lost: each of
+        those requests is computed again by its decode replica. A decode replica's pulls on the wire
+        are dropped: returns those requests (their KV caches still at the prefill replicas), which it
+        held as much as the ones in its queue."""
+        if self.replicas[index].core.spec.role == "prefill":
+            self._prefill_failed(index)
+            return []
+        dropped = []
+        for request_id, row in list(self._open.items()):
+            if row.decode_replica == index and request_id in self._pulls:
+                request = self._requests[request_id]
+                del self._pulls[request_id], self._moving[request_id]
+                row.pulled_at_s = row.started_at_s = math.nan
+                request.remote_kv_blocks = 0  # the blocks were the failed replica's
+                dropped.append(request)
+        return dropped
+
+    def _prefill_failed(self, index: int) -> None:
+        now_s = self.clock.now
+        for request_id, row in list(self._open.items()):
+            if row.prefill_replica != index:
+                continue
+            request = self._requests[request_id]
+            row.kv_lost_at_s = row.released_at_s = now_s
+            request.remote_kv = NO_REMOTE_KV
+            if row.decode_replica < 0:  # not handed on yet: the decode router still picks one at its instant
+                continue
+            decode = self.replicas[row.decode_replica]
+            if request_id in self._pulls:  # on the wire: its landing will not come
+                del self._pulls[request_id], self._moving[request_id]
+                decode.core.remote.cancel_pull(request)
+                self._close(request_id)
+                decode.enqueue(request, front=True)  # it had been admitted: first in line to compute it
+                decode.wake()  # the blocks held for it are free
+            else:  # waiting for its pull
+                self._close(request_id)
+                decode.withdraw(request)
+                decode.enqueue(request)
+
+    def hand_on_again(self, request: Request) -> None:
+        """A request whose KV cache waits at its prefill replica, held by a decode replica that failed:
+        the decode router sends it to another."""
+        self._to_decode(request)
+
+    def drop(self, request: Request) -> None:
+        """A request whose KV cache waits at its prefill replica is lost: the prefill replica lets it go."""
+        self._release(request)
+        self._close(request.request_id)
 
     def close(self) -> list[Request]:
         """The clock stopped: write the transfers still open; returns the requests in flight (in no

@@ -59,6 +59,11 @@ class Lifecycle:
         self.on_final = on_final
         self.run_over = run_over
         self.dispatch: Callable[[Request], None] = lambda request: None  # set by the run
+        # set by a disaggregated run: what else a failed replica held (its KV pulls on the wire), whether
+        # a request has a replica up to go to (its pool's), and what a lost request lets go of
+        self.also_held: Callable[[int], list[Request]] = lambda index: []
+        self.can_route: Callable[[Request], bool] = lambda request: bool(self.up)
+        self.on_lost: Callable[[Request], None] = lambda request: None
         self.states: list[State] = ["up"] * len(replicas)
         self.up: list[Replica] = replicas
         self.rows: list[LifecycleRecord] = []
@@ -141,6 +146,7 @@ class Lifecycle:
         self._drained.pop(index, None)
         self._failed_at_s[index] = self.clock.now
         held = self._halt(index)  # a fresh core stands in, with no process: it serves nothing
+        held += self.also_held(index)
         if detected:
             self._set_state(index, "down")  # before routing the held requests again
             retried = self._hand_on(index, held, on_failure, max_retries)
@@ -172,7 +178,7 @@ class Lifecycle:
                 self._lose(request, reason)
             elif request.num_retries >= max_retries:
                 self._lose(request, f"{reason} after {request.num_retries} retries")
-            elif not self.up:
+            elif not self.can_route(request):
                 self._lose(request, f"{reason} and no replica was up to retry on")
             else:
                 request.num_retries += 1
@@ -181,6 +187,7 @@ class Lifecycle:
         return retried
 
     def _lose(self, request: Request, reason: str) -> None:
+        self.on_lost(request)
         request.status = "lost"
         request.reject_reason = reason
         self.on_final(request)

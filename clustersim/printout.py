@@ -135,8 +135,9 @@ def _transfers_line(moved: dict[str, Any]) -> str:
         return _fmt(block["p99"], 1000, 1)
 
     mean_mb = _fmt(moved["mean_kv_bytes"], 1e-6, 1)
+    lost = f" ({moved['num_kv_lost']} KV caches lost with their prefill replica)" if moved.get("num_kv_lost") else ""
     return (
-        f"KV transfers: {moved['num_transfers']} of {mean_mb} MB on average; p99 ms: waiting for the decode "
+        f"KV transfers: {moved['num_transfers']} of {mean_mb} MB on average{lost}; p99 ms: waiting for the decode "
         f"replica {ms(moved['decode_wait_s'])}, for the link {ms(moved['link_wait_s'])}, on the link "
         f"{ms(moved['transfer_s'])}; {_fmt(moved['mean_in_flight_bytes'], 1e-9, 2)} GB held for them on average; "
         f"busy: prefill pool {_fmt(moved['prefill_pool']['mean_busy_frac'], 100, 1)}%, "

@@ -143,7 +143,11 @@ class TransferRecord(NamedTuple):
     written when the scenario disaggregates): its prompt was done at ``prefilled_at_s``, the decode
     replica took the blocks for it and pulled it at ``pulled_at_s`` (the wait in between is the decode
     pool's back-pressure), the link was free for it at ``started_at_s`` and it landed at
-    ``landed_at_s``. A transfer not over when the run stopped has NaN for what had not happened."""
+    ``landed_at_s``. A transfer not over when the run stopped has NaN for what had not happened. If
+    the prefill replica failed before the landing, its KV cache was lost at ``kv_lost_at_s`` and the
+    decode replica computes the prompt itself. ``released_at_s``: when the prefill replica stopped holding
+    the KV cache (it landed, was lost, or its request ended without it). A request retried after a
+    failure may have several rows."""
 
     request_id: Annotated[int, I64]
     prefill_replica: Annotated[int, I32]
@@ -154,6 +158,8 @@ class TransferRecord(NamedTuple):
     pulled_at_s: Annotated[float, F64]
     started_at_s: Annotated[float, F64]
     landed_at_s: Annotated[float, F64]
+    kv_lost_at_s: Annotated[float, F64]
+    released_at_s: Annotated[float, F64]
 
 
 # the ledger's categories: they add up to ``capacity_bytes`` on every row of memory.parquet

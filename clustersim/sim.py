@@ -25,7 +25,7 @@ from clustersim.replica.queues import make_queue
 from clustersim.replica.replica import Replica
 from clustersim.router import ROUTER_STREAM_KEY, ROUTERS
 from clustersim.runplan import RunPlan
-from clustersim.workload.request import Request
+from clustersim.workload.request import AWAITING_PULL, NO_REMOTE_KV, Request
 from clustersim.workload.source import Completions, RequestBudget, Traffic, start_workload
 from clustersim.workload.traces import TenantData
 from clustersim.workload.window import ArrivalWindow, WindowMarks
@@ -123,6 +123,27 @@ def start_traffic(
     return traffic
 
 
+def pools_fail_apart(lifecycle: Lifecycle, transfers: KVTransfers) -> None:
+    """Failures of a disaggregated run: each request goes back to a replica of the pool it needs (a
+    decode replica if its KV cache waits at its prefill replica, else a prefill one), a failed replica
+    held the KV pulls on the wire to it too, and a lost request's KV cache is let go."""
+
+    def up_in(role: str) -> list[Replica]:
+        return [r for r in lifecycle.up if r.core.spec.role == role]
+
+    def can_route(request: Request) -> bool:
+        return bool(up_in("decode" if request.remote_kv == AWAITING_PULL else "prefill"))
+
+    def on_lost(request: Request) -> None:
+        if request.remote_kv == AWAITING_PULL:
+            transfers.drop(request)
+
+    transfers.up_decode = lambda: up_in("decode")
+    lifecycle.also_held = transfers.failed
+    lifecycle.can_route = can_route
+    lifecycle.on_lost = on_lost
+
+
 def with_acceptance(scenario: Scenario, dispatch: Callable[[Request], None]) -> Callable[[Request], None]:
     """``dispatch``, first giving each arrival its share of the decode steps when requests differ in
     speculative acceptance rate (:mod:`clustersim.acceptance`); as is otherwise."""
@@ -173,22 +194,41 @@ def simulate(
     def dispatch(request: Request) -> None:
         routed[router.choose(request, routed)].enqueue(request)
 
+    def reject(request: Request, reason: str) -> None:
+        request.status, request.reject_reason = "rejected", reason
+        on_final(request)
+
     def dispatch_up(request: Request) -> None:  # with a lifecycle: among the replicas up now
         assert lifecycle is not None
+        if transfers is not None and request.remote_kv == AWAITING_PULL:  # its KV cache waits at its prefill
+            transfers.hand_on_again(request)  # replica, and the decode replica that held it failed
+            return
         up = lifecycle.up
+        if transfers is not None:
+            up = [r for r in up if r.core.spec.role == "prefill"]
+            request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0  # a KV cache that had landed is lost
         if up:
             up[router.choose(request, up)].enqueue(request)
         else:
-            request.status, request.reject_reason = "rejected", "no replica was up"
-            on_final(request)
+            reject(request, "no replica was up" if transfers is None else "no prefill replica was up")
+
+    def make_wired(index: int) -> Core:  # a fresh core after a failure takes part in the hand-overs too
+        core = make(index)
+        if transfers is not None:
+            transfers.wire(core)
+        return core
 
     moving = scenario.moves_replicas
     arrive = with_acceptance(scenario, dispatch_up if moving else dispatch)
     traffic = start_traffic(plan, clock, workload_data, window, arrive, completions)
+    if transfers is not None:
+        transfers.reject = reject
     if moving:
-        lifecycle = start_lifecycle(plan, clock, replicas, make, on_final, traffic)
+        lifecycle = start_lifecycle(plan, clock, replicas, make_wired, on_final, traffic)
         lifecycle.dispatch = dispatch_up
         log.lifecycle = lifecycle.rows
+        if transfers is not None:
+            pools_fail_apart(lifecycle, transfers)
     with _few_collections():
         if scenario.stop.horizon_s is not None:
             clock.run(until=clock.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then

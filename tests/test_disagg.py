@@ -173,7 +173,10 @@ def test_link_presets_and_overrides(link: dict[str, Any], bytes_per_s: float) ->
     [
         (lambda raw: raw.pop("disaggregation"), "add a disaggregation section"),
         (lambda raw: raw["cluster"]["groups"].pop(), "role: prefill and groups with role: decode"),
-        (lambda raw: raw.update(faults={"kind": "mtbf"}), "faults: not supported with disaggregation yet"),
+        (
+            lambda raw: raw.update(autoscaler={"kind": "queue_length", "target_outstanding_per_replica": 4}),
+            "autoscaler: not supported",
+        ),
         (lambda raw: raw["scheduler"].update(slo_admission="shed"), "scheduler.slo_admission: not supported"),
         (lambda raw: raw["disaggregation"]["link"].update(kind="ethernet"), "'nvlink', 'infiniband', 'roce'"),
         (lambda raw: raw["disaggregation"]["link"].update(efficiency_frac=1.5), "less than or equal to 1"),

@@ -196,7 +196,7 @@ def disaggregations(draw: st.DrawFn) -> dict[str, Any]:
 
 def with_disaggregation(raw: dict[str, Any]) -> dict[str, Any]:
     """Turn the drawn ``_disagg`` into prefill and decode pools (without what disaggregation does not
-    support yet: failures, an autoscaler, SLO admission, contiguous KV)."""
+    support yet: an autoscaler, SLO admission, contiguous KV); drawn failures stay."""
     raw = {**raw}
     drawn = raw.pop("_disagg", None)
     if drawn is None:
@@ -205,7 +205,6 @@ def with_disaggregation(raw: dict[str, Any]) -> dict[str, Any]:
     raw["disaggregation"] = drawn["disaggregation"]
     raw["scheduler"] = {**raw["scheduler"], "slo_admission": "off"}
     raw["kv"] = {**raw["kv"], "allocator": "paged"}
-    raw.pop("_faults", None)
     raw.pop("_autoscaler", None)
     return raw
 

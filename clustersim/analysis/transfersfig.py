@@ -3,7 +3,7 @@
 Two panels over simulated time, by the prompt's end, per time bin: the mean of each part of a request's
 trip from its prompt's end to its first token (the wait for the decode replica to take its KV cache,
 the wait for the link, the time on it, and the decode replica's wait and step until the first token),
-stacked; and the KV bytes held for transfers (a prompt's blocks from its end until they land).
+stacked; and the KV bytes held for transfers (a prompt's blocks from its end until they are let go).
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ PARTS = (
 
 
 def trip_parts_s(transfers: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
-    """Per landed transfer: its prompt's end and each part of the trip to the first token, in seconds."""
+    """Per request's first transfer, if it landed: its prompt's end and each part of the trip to the
+    first token, in seconds (a transfer after a retry carries no first token)."""
     first = requests.set_index("request_id")["first_token_at_s"]
-    rows = transfers[transfers["landed_at_s"].notna()].copy()
+    rows = transfers.sort_values("prefilled_at_s", kind="stable").drop_duplicates("request_id")
+    rows = rows[rows["landed_at_s"].notna()].copy()
     rows["first_token_at_s"] = rows["request_id"].map(first)
     rows = rows[rows["first_token_at_s"].notna()]
     parts = pd.DataFrame({"prefilled_at_s": rows["prefilled_at_s"].to_numpy()})
@@ -38,9 +40,10 @@ def trip_parts_s(transfers: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFram
 
 
 def held_bytes(transfers: pd.DataFrame, edges_s: np.ndarray, end_s: float) -> np.ndarray:
-    """The mean KV bytes held for transfers in each bin (a prompt's, from its end until it lands)."""
+    """The mean KV bytes held for transfers in each bin (a prompt's, from its end until the prefill
+    replica lets it go: it landed, was lost, or its request ended without it)."""
     starts = transfers["prefilled_at_s"].to_numpy()
-    ends = transfers["landed_at_s"].fillna(end_s).to_numpy()
+    ends = transfers["released_at_s"].fillna(end_s).to_numpy()
     size = transfers["kv_bytes"].to_numpy()
     low, high = edges_s[:-1], edges_s[1:]
     overlap = np.clip(np.minimum(ends[:, None], high) - np.maximum(starts[:, None], low), 0.0, None)

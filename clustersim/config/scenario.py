@@ -358,7 +358,6 @@ class Scenario(StrictModel):
                 f"(and no role: both); the roles are {sorted(roles) or ['both']}"
             )
         clashes = [
-            ("faults", self.faults is not None),
             ("autoscaler", self.autoscaler is not None),
             ("scheduler.slo_admission", self.scheduler.slo_admission != "off"),
             ("kv.allocator", self.kv.allocator != "paged"),

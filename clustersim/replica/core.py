@@ -150,6 +150,16 @@ class Core:
             return "cut"
         return "queued"
 
+    def withdraw(self, request: Request, now_s: float, ended: Passed, planned: Passed) -> bool:
+        """Take a waiting ``request`` out of the queue; True: the run in flight must end at an earlier
+        boundary (the waiting head changed)."""
+        old_head = self.head()
+        self.waiting.remove(request)
+        step = self.in_flight
+        if step is None or step.num_steps == 1 or self.head() is old_head:
+            return False
+        return self._head_changed(step, old_head, now_s, ended, planned)
+
     def _head_changed(self, step: Step, old_head: Request | None, now_s: float, ended: Passed, planned: Passed) -> bool:
         """A new waiting head during a run: the next plan that has not happened yet must see it."""
         num_ended = step.count_ended(now_s, ended)

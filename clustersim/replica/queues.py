@@ -41,6 +41,9 @@ class WaitingQueue(Protocol):
     def pop(self) -> Request:
         """Remove and return :meth:`peek`; called when it is admitted or shed."""
 
+    def remove(self, request: Request) -> None:
+        """Take ``request`` (waiting here) out of the queue, wherever it is (rare: its KV cache was lost)."""
+
     def __iter__(self) -> Iterator[Request]: ...
 
 
@@ -69,6 +72,9 @@ class FcfsQueue:
 
     def pop(self) -> Request:
         return self._items.popleft()
+
+    def remove(self, request: Request) -> None:
+        self._items.remove(request)
 
 
 class _KeyedQueue:
@@ -101,6 +107,13 @@ class _KeyedQueue:
 
     def pop(self) -> Request:
         return self._front.popleft() if self._front else heapq.heappop(self._heap)[3]
+
+    def remove(self, request: Request) -> None:
+        if request in self._front:
+            self._front.remove(request)
+            return
+        self._heap = [item for item in self._heap if item[3] is not request]
+        heapq.heapify(self._heap)
 
 
 class ShortestPromptFirstQueue(_KeyedQueue):
@@ -180,6 +193,13 @@ class FairShareQueue:
         self._served[tenant] += request.prompt_tokens + request.output_tokens
         self._size -= 1
         return request
+
+    def remove(self, request: Request) -> None:
+        if request in self._front:
+            self._front.remove(request)
+            return
+        self._per_tenant[request.tenant].remove(request)
+        self._size -= 1
 
 
 QueueFactory = Callable[[Ordering, Mapping[str, int]], WaitingQueue]  # (config, tenant priorities) -> queue

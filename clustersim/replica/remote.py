@@ -71,6 +71,14 @@ class RemoteKV:
         assert self.pull is not None
         self.pull(request, self._core.spec.index, now_s)
 
+    def cancel_pull(self, request: Request) -> None:
+        """A pull under way will not land (its KV cache is gone): give back the blocks held for it."""
+        blocks = request.remote_kv_blocks
+        self._core.kv.unhold(blocks)
+        self.in_flight_blocks -= blocks
+        self.num_pulling -= 1
+        request.remote_kv_blocks = 0
+
     def land(self, request: Request) -> None:
         """``request``'s KV cache has landed: it joins the queue's head (``Core.enqueue`` with ``front``)."""
         self.num_pulling -= 1

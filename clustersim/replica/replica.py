@@ -55,6 +55,11 @@ class Replica:
         elif outcome == "queued":
             self.wake()
 
+    def withdraw(self, request: Request) -> None:
+        """Take a waiting request out of the queue (its KV cache was lost on its way here)."""
+        if self.core.withdraw(request, self.clock.now, self._ended, self._planned):
+            self._end_sooner()
+
     def wake(self) -> None:
         """An idle replica plans again at this instant (something it waited for happened); a busy one
         plans at the end of its step anyway."""

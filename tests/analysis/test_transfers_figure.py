@@ -16,15 +16,17 @@ from clustersim.runner import run_scenario
 
 TRANSFERS = pd.DataFrame(
     {
-        "request_id": [0, 1, 2],
-        "kv_bytes": [100.0, 50.0, 10.0],
-        "prefilled_at_s": [1.0, 2.0, 3.0],
-        "pulled_at_s": [1.0, 2.5, 3.0],
-        "started_at_s": [1.5, 3.0, math.nan],
-        "landed_at_s": [2.0, 4.0, math.nan],  # request 2 was still moving when the run stopped
+        "request_id": [0, 1, 2, 3, 0],
+        "kv_bytes": [100.0, 50.0, 10.0, 20.0, 100.0],
+        "prefilled_at_s": [1.0, 2.0, 3.0, 4.0, 4.5],
+        "pulled_at_s": [1.0, 2.5, 3.0, math.nan, 4.5],
+        "started_at_s": [1.5, 3.0, math.nan, math.nan, 4.5],
+        "landed_at_s": [2.0, 4.0, math.nan, math.nan, 5.0],  # request 2 was still moving when the run stopped
+        # request 3 was let go at 5 (lost); request 0 moved again after a retry (no first token then)
+        "released_at_s": [2.0, 4.0, math.nan, 5.0, 5.0],
     }
 )
-REQUESTS = pd.DataFrame({"request_id": [0, 1, 2], "first_token_at_s": [3.0, 5.5, math.nan]})
+REQUESTS = pd.DataFrame({"request_id": [0, 1, 2, 3], "first_token_at_s": [3.0, 5.5, math.nan, math.nan]})
 
 
 def test_the_trip_of_each_landed_transfer_by_part() -> None:
@@ -38,10 +40,11 @@ def test_the_trip_of_each_landed_transfer_by_part() -> None:
     }
 
 
-def test_kv_held_is_each_prompts_bytes_from_its_end_until_it_lands() -> None:
-    # bins [0, 2), [2, 4), [4, 6): 100 B over [1, 2); 50 B over [2, 4); 10 B from 3 to the run's end at 6
+def test_kv_held_is_each_prompts_bytes_from_its_end_until_it_is_let_go() -> None:
+    # bins [0, 2), [2, 4), [4, 6): 100 B over [1, 2) and again over [4.5, 5); 50 B over [2, 4); 10 B
+    # from 3 to the run's end at 6; 20 B over [4, 5)
     held = held_bytes(TRANSFERS, np.array([0.0, 2.0, 4.0, 6.0]), 6.0)
-    assert held.tolist() == [100 * 1 / 2, (50 * 2 + 10 * 1) / 2, 10 * 2 / 2]
+    assert held.tolist() == [100 * 1 / 2, (50 * 2 + 10 * 1) / 2, (10 * 2 + 20 * 1 + 100 * 0.5) / 2]
 
 
 def test_a_disaggregated_run_gets_the_figure(tmp_path: Path) -> None:
