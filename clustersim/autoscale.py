@@ -24,7 +24,7 @@ import simpy
 
 from clustersim.clock import LIFECYCLE_PRIORITY
 from clustersim.config.faults import Autoscaler, KVUseAutoscaler, QueueLengthAutoscaler, SloAutoscaler
-from clustersim.lifecycle import Lifecycle
+from clustersim.lifecycle import ROUTED, Lifecycle, State
 from clustersim.registry import Registry
 from clustersim.replica.replica import Replica
 from clustersim.workload.request import Request
@@ -91,9 +91,18 @@ class SloMisses:
 
     def heard(self, request: Request, now_s: float) -> None:
         if request.status == "completed":
-            self._ended.append((now_s, request.first_token_at_s - request.arrival_at_s > self.config.ttft_s))
+            self._ended.append((now_s, self.missed(request)))
         elif request.status in ("rejected", "lost"):
             self._ended.append((now_s, True))
+
+    def missed(self, request: Request) -> bool:
+        """Whether a completed request missed a target (its TPOT: none with a single output token)."""
+        ttft_s, tpot_s = self.config.ttft_s, self.config.tpot_s
+        if ttft_s is not None and request.first_token_at_s - request.arrival_at_s > ttft_s:
+            return True
+        if tpot_s is None or request.output_tokens < 2:
+            return False
+        return (request.finished_at_s - request.first_token_at_s) / (request.output_tokens - 1) > tpot_s
 
     def measure(self, up: Sequence[Replica], now_s: float) -> float | None:
         ended = self._ended
@@ -111,16 +120,18 @@ AUTOSCALERS: Registry[Callable[[Autoscaler], LoadPolicy]] = Registry(
 
 
 class AutoscalerProcess:
-    """Ticks every ``interval_s``, recommends, stabilizes and starts or drains replicas."""
+    """Ticks every ``interval_s``, recommends, stabilizes and starts or drains replicas: those of
+    ``pool`` (replica indices, in order; None: every replica), measured over that pool alone."""
 
-    def __init__(self, lifecycle: Lifecycle, config: Autoscaler) -> None:
+    def __init__(self, lifecycle: Lifecycle, config: Autoscaler, pool: Sequence[int] | None = None) -> None:
         self.lifecycle = lifecycle
         self.config = config
         self.policy = AUTOSCALERS.get(config.kind)(config)
         lifecycle.listeners.append(self.policy.heard)
-        self.max_replicas = len(lifecycle.replicas)
+        self.pool = list(pool) if pool is not None else list(range(len(lifecycle.replicas)))
+        self.max_replicas = len(self.pool)
         initial = config.initial_replicas if config.initial_replicas is not None else config.min_replicas
-        for index in range(initial, self.max_replicas):
+        for index in self.pool[initial:]:
             lifecycle.stop_at_start(index)
         # (time, recommendation) within the longer window; the starting pool counts as time 0's
         self._history: deque[tuple[float, int]] = deque([(0.0, initial)])
@@ -136,16 +147,29 @@ class AutoscalerProcess:
                 return
             self.apply(self.desired(clock.now))
 
+    def _count(self, *states: State) -> int:
+        states_now = self.lifecycle.states
+        return sum(1 for index in self.pool if states_now[index] in states)
+
+    def _up(self) -> list[Replica]:
+        """The pool's replicas a router may choose, in replica order (the lifecycle's own list when the
+        pool is every replica)."""
+        lifecycle = self.lifecycle
+        if len(self.pool) == len(lifecycle.replicas):
+            return lifecycle.up
+        return [lifecycle.replicas[i] for i in self.pool if lifecycle.states[i] in ROUTED]
+
     def desired(self, now_s: float) -> int:
         """The stabilized count of replicas wanted now (the current one when none is up to measure)."""
-        lifecycle, config = self.lifecycle, self.config
-        current = lifecycle.count("up", "starting")
-        metric = self.policy.measure(lifecycle.up, now_s) if lifecycle.up else None
+        config = self.config
+        current = self._count("up", "starting")
+        up = self._up()
+        metric = self.policy.measure(up, now_s) if up else None
         if metric is None:
             wanted = current
         else:
-            wanted = recommend(len(lifecycle.up), current, metric, self.policy.target, config.tolerance_frac)
-        if lifecycle.count("starting"):
+            wanted = recommend(len(up), current, metric, self.policy.target, config.tolerance_frac)
+        if self._count("starting"):
             wanted = max(wanted, current)  # no scale down while a start is on its way
         wanted = min(max(wanted, config.min_replicas), self.max_replicas)
         history = self._history
@@ -162,16 +186,16 @@ class AutoscalerProcess:
     def apply(self, wanted: int) -> None:
         """Start or drain replicas until ``wanted`` are up or starting (the failed ones wait for repair)."""
         lifecycle = self.lifecycle
-        current = lifecycle.count("up", "starting")
-        states = lifecycle.states
-        for index in [i for i, s in enumerate(states) if s == "draining"][: max(0, wanted - current)]:
+        current = self._count("up", "starting")
+        states, pool = lifecycle.states, self.pool
+        for index in [i for i in pool if states[i] == "draining"][: max(0, wanted - current)]:
             lifecycle.undrain(index)
             current += 1
-        for index in [i for i, s in enumerate(states) if s == "stopped"][: max(0, wanted - current)]:
+        for index in [i for i in pool if states[i] == "stopped"][: max(0, wanted - current)]:
             lifecycle.start(index, "autoscaler", self.config.cold_start)
             current += 1
         if wanted < current:
-            up = [i for i, s in enumerate(states) if s == "up"]
+            up = [i for i in pool if states[i] == "up"]
             up.sort(key=lambda i: (lifecycle.replicas[i].num_outstanding, -i))
             for index in up[: current - wanted]:
                 lifecycle.drain(index)

@@ -120,6 +120,8 @@ class KVTransfers:
         # request that cannot be served ends (rejected); both set by the run
         self.up_decode: Callable[[], Sequence[Replica]] = lambda: self.decode_pool
         self.reject: Callable[[Request, str], None] = lambda request, reason: None
+        # hears that a prefill replica let go of a KV cache (a draining one may stop); set by the run
+        self.released: Callable[[int], None] = lambda index: None
         for replica in replicas:
             self.wire(replica.core)
 
@@ -210,6 +212,7 @@ class KVTransfers:
         prefill = self.replicas[row.prefill_replica]
         prefill.core.remote.release_sent(request)
         prefill.wake()
+        self.released(prefill.index)
 
     def _close(self, request_id: int) -> None:
         del self._requests[request_id]

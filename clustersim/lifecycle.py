@@ -105,7 +105,7 @@ class Lifecycle:
     def drain(self, index: int) -> None:
         """Route nothing new to replica ``index``; stop it once it holds no request."""
         self._move(index, "draining", "autoscaler")
-        if self.replicas[index].num_outstanding == 0:
+        if self.replicas[index].holds_nothing:
             self._stop(index)
             return
         drained = self._drained[index] = self.clock.event()
@@ -130,9 +130,14 @@ class Lifecycle:
         """Hear of every request that ends (the run's ``on_final``): a draining replica may be empty now."""
         for listener in self.listeners:
             listener(request, self.clock.now)
-        index = request.replica
-        drained = self._drained.get(index) if index >= 0 and self.states[index] == "draining" else None
-        if drained is not None and not drained.triggered and self.replicas[index].num_outstanding == 0:
+        if request.replica >= 0:
+            self.let_go(request.replica)
+
+    def let_go(self, index: int) -> None:
+        """Replica ``index`` let go of a request or of a KV cache it kept for a transfer: if it is
+        draining and holds nothing now, it stops."""
+        drained = self._drained.get(index) if self.states[index] == "draining" else None
+        if drained is not None and not drained.triggered and self.replicas[index].holds_nothing:
             drained.succeed()
 
     def _halt(self, index: int) -> list[Request]:

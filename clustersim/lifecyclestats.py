@@ -74,21 +74,44 @@ def faults_summary(
 
 
 def autoscaler_summary(
-    rows: Sequence[dict[str, Any]], gpus_per_replica: Sequence[int], makespan_s: float
+    rows: Sequence[dict[str, Any]],
+    gpus_per_replica: Sequence[int],
+    makespan_s: float,
+    pools: dict[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """The ``autoscaler`` block: its starts and drains, the replicas provisioned on average, and the
-    GPU-hours provisioned against a fixed pool of every replica for the whole makespan."""
+    GPU-hours provisioned against a fixed pool of every replica for the whole makespan. ``pools``:
+    the replica indices of each pool scaled on its own (a disaggregated run), whose own figures
+    follow in ``pools``."""
     spent = state_seconds(rows, len(gpus_per_replica), makespan_s)
-    provisioned_s = [makespan_s - s["stopped"] for s in spent]
-    gpu_hours = sum(p * g for p, g in zip(provisioned_s, gpus_per_replica, strict=True)) / SECONDS_PER_HOUR
-    fixed_gpu_hours = sum(gpus_per_replica) * makespan_s / SECONDS_PER_HOUR
-    ours = [row for row in rows if row["cause"] == "autoscaler" and row["at_s"] > 0]
+    block = _provisioned(rows, spent, gpus_per_replica, range(len(gpus_per_replica)), makespan_s)
+    if pools:
+        block["pools"] = {
+            role: _provisioned(rows, spent, gpus_per_replica, indices, makespan_s) for role, indices in pools.items()
+        }
+    return block
+
+
+def _provisioned(
+    rows: Sequence[dict[str, Any]],
+    spent: Sequence[dict[str, float]],
+    gpus_per_replica: Sequence[int],
+    indices: Sequence[int],
+    makespan_s: float,
+) -> dict[str, Any]:
+    """The autoscaler's figures over the replicas ``indices``."""
+    chosen = set(indices)
+    provisioned_s = [makespan_s - spent[i]["stopped"] for i in indices]
+    gpus = [gpus_per_replica[i] for i in indices]
+    gpu_hours = sum(p * g for p, g in zip(provisioned_s, gpus, strict=True)) / SECONDS_PER_HOUR
+    fixed_gpu_hours = sum(gpus) * makespan_s / SECONDS_PER_HOUR
+    ours = [row for row in rows if row["cause"] == "autoscaler" and row["at_s"] > 0 and row["replica"] in chosen]
     return {
         "num_starts": sum(1 for row in ours if row["event"] == "starting"),
         "num_drains": sum(1 for row in ours if row["event"] == "draining"),
         "num_stops": sum(1 for row in ours if row["event"] == "stopped"),
         "mean_replicas_provisioned": sum(provisioned_s) / makespan_s if makespan_s > 0 else None,
-        "mean_replicas_up": sum(s["up"] for s in spent) / makespan_s if makespan_s > 0 else None,
+        "mean_replicas_up": sum(spent[i]["up"] for i in indices) / makespan_s if makespan_s > 0 else None,
         "provisioned_gpu_hours": gpu_hours,
         "fixed_pool_gpu_hours": fixed_gpu_hours,
         "gpu_hours_saved_frac": 1.0 - gpu_hours / fixed_gpu_hours if fixed_gpu_hours > 0 else None,

@@ -100,6 +100,12 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"{scaler['provisioned_gpu_hours']:.2f} GPU-hours against {scaler['fixed_pool_gpu_hours']:.2f} for the "
             f"fixed pool ({_fmt(scaler['gpu_hours_saved_frac'], 100, 1)}% saved)"
         )
+        for role, pool in scaler.get("pools", {}).items():
+            lines.append(
+                f"  {role} pool: {_count(pool['num_starts'], 'start')}, {_count(pool['num_stops'], 'stop')}; "
+                f"{_fmt(pool['mean_replicas_provisioned'], digits=2)} replicas provisioned on average; "
+                f"{pool['provisioned_gpu_hours']:.2f} of {pool['fixed_pool_gpu_hours']:.2f} GPU-hours"
+            )
     if "slo" in summary:
         slo = summary["slo"]
         targets = ", ".join(f"{k} <= {v}" for k, v in slo["targets"].items())

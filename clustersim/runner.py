@@ -166,8 +166,12 @@ def design_blocks(
         gpus = [group.tensor_parallel * group.pipeline_parallel for group in groups]
         if scenario.faults is not None:
             blocks["faults"] = faults_summary(lifecycle, gpus, summary["makespan_s"], requests)
-        if scenario.autoscaler is not None:
-            blocks["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"])
+        scaled = scenario.autoscalers()
+        if scaled:
+            pools = {
+                role: [i for i, group in enumerate(groups) if group.role == role] for role in scaled if role != "both"
+            }
+            blocks["autoscaler"] = autoscaler_summary(lifecycle, gpus, summary["makespan_s"], pools)
     if transfers is not None:
         blocks["disaggregation"] = {
             **transfers_summary(transfers, summary["makespan_s"]),

@@ -96,8 +96,9 @@ def start_lifecycle(
         return traffic.arrivals_over() and not any(r.num_outstanding for r in replicas)
 
     lifecycle = Lifecycle(clock, replicas, slots, on_final, run_over)
-    if scenario.autoscaler is not None:
-        AutoscalerProcess(lifecycle, scenario.autoscaler)
+    for role, scaler in scenario.autoscalers().items():  # the whole cluster's, or each pool's
+        pool = None if role == "both" else [i for i, g in enumerate(groups) if g.role == role]
+        AutoscalerProcess(lifecycle, scaler, pool)
     if scenario.faults is not None:
         FaultInjector(lifecycle, scenario.faults, scenario.seed)
     return lifecycle
@@ -123,10 +124,11 @@ def start_traffic(
     return traffic
 
 
-def pools_fail_apart(lifecycle: Lifecycle, transfers: KVTransfers) -> None:
-    """Failures of a disaggregated run: each request goes back to a replica of the pool it needs (a
-    decode replica if its KV cache waits at its prefill replica, else a prefill one), a failed replica
-    held the KV pulls on the wire to it too, and a lost request's KV cache is let go."""
+def pools_move_apart(lifecycle: Lifecycle, transfers: KVTransfers) -> None:
+    """The lifecycle of a disaggregated run: each request goes back to a replica of the pool it needs
+    (a decode replica if its KV cache waits at its prefill replica, else a prefill one), a failed
+    replica held the KV pulls on the wire to it too, a lost request's KV cache is let go, and a
+    draining prefill replica stops once the last KV cache it kept has moved on."""
 
     def up_in(role: str) -> list[Replica]:
         return [r for r in lifecycle.up if r.core.spec.role == role]
@@ -142,6 +144,7 @@ def pools_fail_apart(lifecycle: Lifecycle, transfers: KVTransfers) -> None:
     lifecycle.also_held = transfers.failed
     lifecycle.can_route = can_route
     lifecycle.on_lost = on_lost
+    transfers.released = lifecycle.let_go
 
 
 def with_acceptance(scenario: Scenario, dispatch: Callable[[Request], None]) -> Callable[[Request], None]:
@@ -228,7 +231,7 @@ def simulate(
         lifecycle.dispatch = dispatch_up
         log.lifecycle = lifecycle.rows
         if transfers is not None:
-            pools_fail_apart(lifecycle, transfers)
+            pools_move_apart(lifecycle, transfers)
     with _few_collections():
         if scenario.stop.horizon_s is not None:
             clock.run(until=clock.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then

@@ -175,7 +175,25 @@ def test_link_presets_and_overrides(link: dict[str, Any], bytes_per_s: float) ->
         (lambda raw: raw["cluster"]["groups"].pop(), "role: prefill and groups with role: decode"),
         (
             lambda raw: raw.update(autoscaler={"kind": "queue_length", "target_outstanding_per_replica": 4}),
-            "autoscaler: not supported",
+            "autoscaler: a disaggregated scenario scales each pool on its own; move it to disaggregation.autoscaler",
+        ),
+        (
+            lambda raw: raw["disaggregation"].update(autoscaler={}),
+            "disaggregation.autoscaler: set an autoscaler for the prefill pool, the decode pool or both",
+        ),
+        (
+            lambda raw: raw["disaggregation"].update(autoscaler={"decode": {"kind": "kv_use", "target_kv_use": 0.5}}),
+            "disaggregation.autoscaler.decode.target_kv_use: unknown field (did you mean 'target_kv_used_frac'?)",
+        ),
+        (
+            lambda raw: raw["disaggregation"].update(
+                autoscaler={"decode": {"kind": "slo", "ttft_s": 1.0, "min_replicas": 2}}
+            ),
+            "disaggregation.autoscaler.decode.min_replicas: 2 is more than the decode pool's 1 replicas",
+        ),
+        (
+            lambda raw: raw["disaggregation"].update(autoscaler={"prefill": {"kind": "slo"}}),
+            "disaggregation.autoscaler.prefill: kind slo needs a target: set ttft_s, tpot_s or both",
         ),
         (lambda raw: raw["scheduler"].update(slo_admission="shed"), "scheduler.slo_admission: not supported"),
         (lambda raw: raw["disaggregation"]["link"].update(kind="ethernet"), "'nvlink', 'infiniband', 'roce'"),

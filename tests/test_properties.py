@@ -191,21 +191,30 @@ def disaggregations(draw: st.DrawFn) -> dict[str, Any]:
         nodes = {"gpus_per_node": draw(st.sampled_from([1, 2, 4])), "prefer_local": draw(st.booleans())}
         section["nodes"] = {**nodes, "link": {"kind": "nvlink", "latency_s": draw(st.sampled_from([0.0, 1e-5]))}}
     groups = [prefill, decode] if draw(st.booleans()) else [decode, prefill]  # either pool first
-    return {"groups": groups, "disaggregation": section}
+    scaled = draw(st.sampled_from([("prefill",), ("decode",), ("prefill", "decode")]))  # with a drawn autoscaler
+    return {"groups": groups, "disaggregation": section, "_scaled": scaled}
 
 
 def with_disaggregation(raw: dict[str, Any]) -> dict[str, Any]:
     """Turn the drawn ``_disagg`` into prefill and decode pools (without what disaggregation does not
-    support yet: an autoscaler, SLO admission, contiguous KV); drawn failures stay."""
+    support yet: SLO admission, contiguous KV); drawn failures stay, and a drawn autoscaler scales the
+    drawn pools, each on its own."""
     raw = {**raw}
     drawn = raw.pop("_disagg", None)
     if drawn is None:
         return raw
     raw["cluster"] = {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "groups": drawn["groups"]}
-    raw["disaggregation"] = drawn["disaggregation"]
+    raw["disaggregation"] = {**drawn["disaggregation"]}
     raw["scheduler"] = {**raw["scheduler"], "slo_admission": "off"}
     raw["kv"] = {**raw["kv"], "allocator": "paged"}
-    raw.pop("_autoscaler", None)
+    scaler = raw.pop("_autoscaler", None)
+    if scaler is not None:
+        scaler = {**scaler}
+        all_up = scaler.pop("_all_up")
+        counts = {g["role"]: g["count"] for g in drawn["groups"]}
+        raw["disaggregation"]["autoscaler"] = {
+            pool: {**scaler, "initial_replicas": counts[pool]} if all_up else scaler for pool in drawn["_scaled"]
+        }
     return raw
 
 
@@ -223,7 +232,8 @@ def autoscalers(draw: st.DrawFn) -> dict[str, Any]:
         return {**common, "kind": kind, "target_outstanding_per_replica": draw(st.sampled_from([0.5, 2.0]))}
     if kind == "kv_use":
         return {**common, "kind": kind, "target_kv_used_frac": draw(st.sampled_from([0.1, 0.5]))}
-    return {**common, "kind": kind, "ttft_s": draw(st.sampled_from([0.5, 3.0])), "window_s": 5.0}
+    targets = draw(st.sampled_from([{"ttft_s": 0.5}, {"ttft_s": 3.0}, {"tpot_s": 0.02}, {"ttft_s": 3.0, "tpot_s": 0.05}]))
+    return {**common, "kind": kind, **targets, "window_s": 5.0}
 
 
 @st.composite

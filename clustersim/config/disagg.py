@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from clustersim.config.base import StrictModel
+from clustersim.config.faults import PoolAutoscalers
 from clustersim.config.routing import LeastKVRouter, RouterConfig
 
 MOONCAKE_LATENCY_S = 0.40e-3  # fixed cost per transfer, fitted to Mooncake's vLLM V1 connector benchmark
@@ -76,11 +77,13 @@ class Disaggregation(StrictModel):
     replica when the prompt is done (default ``least_kv``: DistServe and Splitwise both send a
     request to the decode instance with the most free memory). ``nodes``: the replicas' placement on
     nodes, whose own link serves the transfers within a node (None: every transfer crosses ``link``).
+    ``autoscaler``: start and stop each pool's replicas by its own load (:class:`PoolAutoscalers`).
     """
 
     link: Link = Link()
     nodes: Nodes | None = None
     decode_router: RouterConfig = LeastKVRouter(kind="least_kv")
+    autoscaler: PoolAutoscalers | None = None
 
 
 def node_of(num_gpus: list[int], gpus_per_node: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, model_validator
 
 from clustersim.config.base import StrictModel
 
@@ -116,14 +116,46 @@ class KVUseAutoscaler(_AutoscalerBase):
 
 
 class SloAutoscaler(_AutoscalerBase):
-    """The share of recent requests that missed ``ttft_s``: the requests that ended within the last
-    ``window_s`` (a completed one misses when its TTFT exceeded ``ttft_s``; a rejected or lost one
-    always misses). The metric is that share over the share allowed, ``1 - target_attainment_frac``."""
+    """The share of recent requests that missed their targets: the requests that ended within the
+    last ``window_s`` (a completed one misses when its TTFT exceeded ``ttft_s`` or its TPOT exceeded
+    ``tpot_s``, whichever are set; a rejected or lost one always misses). The metric is that share over
+    the share allowed, ``1 - target_attainment_frac``. NVIDIA Dynamo's SLA planner scales a
+    disaggregated deployment's prefill workers on TTFT and its decode workers on inter-token latency
+    (docs.nvidia.com/dynamo, "Planner"): ``ttft_s`` for a prefill pool, ``tpot_s`` for a decode pool."""
 
     kind: Literal["slo"]
-    ttft_s: PositiveFloat
+    ttft_s: PositiveFloat | None = None
+    tpot_s: PositiveFloat | None = None
     target_attainment_frac: float = Field(default=0.99, gt=0.0, lt=1.0)
     window_s: PositiveFloat = 60.0
 
+    @model_validator(mode="after")
+    def _a_target(self) -> SloAutoscaler:
+        if self.ttft_s is None and self.tpot_s is None:
+            raise ValueError("kind slo needs a target: set ttft_s, tpot_s or both")
+        return self
+
 
 Autoscaler = Annotated[QueueLengthAutoscaler | KVUseAutoscaler | SloAutoscaler, Field(discriminator="kind")]
+
+
+class PoolAutoscalers(StrictModel):
+    """A disaggregated scenario's autoscalers (``disaggregation.autoscaler``), one per pool: each starts
+    and stops the replicas of its role only (its ``min_replicas`` and ``initial_replicas`` count that
+    pool's), on a load measured over that pool's replicas. A pool without one keeps all its replicas up.
+    NVIDIA Dynamo's load-based planner scales prefill workers on the prefill queue and decode workers
+    on KV cache use (docs.nvidia.com/dynamo, "Planner"): ``queue_length`` and ``kv_use``."""
+
+    prefill: Autoscaler | None = None
+    decode: Autoscaler | None = None
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> PoolAutoscalers:
+        if self.prefill is None and self.decode is None:
+            raise ValueError("set an autoscaler for the prefill pool, the decode pool or both")
+        return self
+
+    def by_role(self) -> dict[str, Autoscaler]:
+        """The pools' autoscalers, by role (prefill first)."""
+        pools = {"prefill": self.prefill, "decode": self.decode}
+        return {role: scaler for role, scaler in pools.items() if scaler is not None}

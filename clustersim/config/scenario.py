@@ -321,24 +321,14 @@ class Scenario(StrictModel):
     @property
     def moves_replicas(self) -> bool:
         """Whether replicas fail or are started and stopped (the run has a lifecycle)."""
-        return self.faults is not None or self.autoscaler is not None
+        return self.faults is not None or bool(self.autoscalers())
 
-    @model_validator(mode="after")
-    def _autoscaler_bounds(self) -> Scenario:
-        scaler, count = self.autoscaler, self.cluster.total_replicas
-        if scaler is not None:
-            if scaler.min_replicas > count:
-                raise ValueError(
-                    f"autoscaler.min_replicas: {scaler.min_replicas} is more than the pool's {count} replicas "
-                    "(cluster.num_replicas is the most the autoscaler may start)"
-                )
-            initial = scaler.initial_replicas
-            if initial is not None and not scaler.min_replicas <= initial <= count:
-                raise ValueError(
-                    f"autoscaler.initial_replicas: {initial} is outside min_replicas..num_replicas "
-                    f"({scaler.min_replicas}..{count})"
-                )
-        return self
+    def autoscalers(self) -> dict[str, Autoscaler]:
+        """The autoscalers by the role of the replicas each scales (``both``: the whole cluster)."""
+        if self.autoscaler is not None:
+            return {"both": self.autoscaler}
+        pools = self.disaggregation.autoscaler if self.disaggregation is not None else None
+        return pools.by_role() if pools is not None else {}
 
     @property
     def disaggregated(self) -> bool:
@@ -357,14 +347,38 @@ class Scenario(StrictModel):
                 "cluster.groups: disaggregation needs groups with role: prefill and groups with role: decode "
                 f"(and no role: both); the roles are {sorted(roles) or ['both']}"
             )
+        if self.autoscaler is not None:
+            raise ValueError(
+                "autoscaler: a disaggregated scenario scales each pool on its own; "
+                "move it to disaggregation.autoscaler.prefill or disaggregation.autoscaler.decode"
+            )
         clashes = [
-            ("autoscaler", self.autoscaler is not None),
             ("scheduler.slo_admission", self.scheduler.slo_admission != "off"),
             ("kv.allocator", self.kv.allocator != "paged"),
         ]
         for name, clash in clashes:
             if clash:
                 raise ValueError(f"{name}: not supported with disaggregation yet (remove one of them)")
+        return self
+
+    @model_validator(mode="after")
+    def _autoscaler_bounds(self) -> Scenario:
+        for role, scaler in self.autoscalers().items():
+            where = "autoscaler" if role == "both" else f"disaggregation.autoscaler.{role}"
+            count = sum(g.count for g in self.cluster.resolved_groups() if role in ("both", g.role))
+            pool, most = ("pool", "num_replicas") if role == "both" else (f"{role} pool", f"{role} replicas")
+            if scaler.min_replicas > count:
+                where_most = "cluster.num_replicas is" if role == "both" else f"the groups of role {role} hold"
+                raise ValueError(
+                    f"{where}.min_replicas: {scaler.min_replicas} is more than the {pool}'s {count} replicas "
+                    f"({where_most} the most the autoscaler may start)"
+                )
+            initial = scaler.initial_replicas
+            if initial is not None and not scaler.min_replicas <= initial <= count:
+                raise ValueError(
+                    f"{where}.initial_replicas: {initial} is outside min_replicas..{most} "
+                    f"({scaler.min_replicas}..{count})"
+                )
         return self
 
     @model_validator(mode="after")

@@ -37,6 +37,12 @@ class Replica:
         return self.core.num_outstanding
 
     @property
+    def holds_nothing(self) -> bool:
+        """No request queued or seated here, and no KV cache kept here for a transfer (it may stop)."""
+        core = self.core
+        return core.num_outstanding == 0 and not core.remote.sending
+
+    @property
     def num_used_kv_blocks(self) -> int:
         """KV blocks in use at this instant."""
         return self.core.kv_used_blocks(self.clock.now, self._planned)
