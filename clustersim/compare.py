@@ -35,6 +35,8 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
     ("replicas", "autoscaler_mean_replicas_provisioned", 1.0),
     ("GPU-h", "autoscaler_provisioned_gpu_hours", 1.0),
     ("GPU-h saved %", "autoscaler_gpu_hours_saved_frac", 100.0),
+    ("prefill replicas", "autoscaler_pools_prefill_mean_replicas_provisioned", 1.0),
+    ("decode replicas", "autoscaler_pools_decode_mean_replicas_provisioned", 1.0),
     ("decode wait p99 ms", "disaggregation_decode_wait_s_p99", 1e3),
     ("link wait p99 ms", "disaggregation_link_wait_s_p99", 1e3),
     ("KV transfer p99 ms", "disaggregation_transfer_s_p99", 1e3),
@@ -66,7 +68,7 @@ COLUMNS: tuple[tuple[str, str, float | None], ...] = (
 WINDOW_LABEL, WINDOW_KEY = "measured", "window_num_measured"
 # shown when asked for by --columns
 DEFAULT_HIDDEN = (
-    *("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %"),
+    *("lost", "retried", "up %", "replicas", "GPU-h", "GPU-h saved %", "prefill replicas", "decode replicas"),
     *("decode wait p99 ms", "link wait p99 ms", "KV transfer p99 ms", "prefill busy %", "decode busy %"),
     *("GPUs", "$/h", "$/M out tok"),
 )

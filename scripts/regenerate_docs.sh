@@ -70,6 +70,17 @@ clustersim run autoscaled-diurnal --out "$out/autoscaled-diurnal" --quiet
 clustersim report "$out/autoscaled-diurnal" --out "$out/autoscaled-diurnal-figures" \
   && cp "$out/autoscaled-diurnal-figures/lifecycle.png" docs/figures/autoscaled-diurnal.png
 
+# docs/disaggregation.md: pools that scale apart over an hour-long day, against fixed pools
+clustersim compare disaggregated-diurnal --set disaggregation.autoscaler=null \
+  --vary cluster.groups.0.count=1,2,3 --vary cluster.groups.1.count=2,3 \
+  --columns "GPUs,TTFT p99 ms,TPOT p99 ms,SLO met %" --out "$out/dd-fixed" --doc docs/disaggregation.md#diurnal-fixed
+clustersim compare disaggregated-diurnal --vary disaggregation.autoscaler.decode.target_kv_used_frac=0.1,0.15,0.2,0.3 \
+  --columns "prefill replicas,decode replicas,GPU-h,GPU-h saved %,TTFT p99 ms,TPOT p99 ms,SLO met %" \
+  --out "$out/dd-scaled" --doc docs/disaggregation.md#diurnal-scaled
+clustersim run disaggregated-diurnal --out "$out/disaggregated-diurnal" --quiet
+clustersim report "$out/disaggregated-diurnal" --out "$out/disaggregated-diurnal-figures" \
+  && cp "$out/disaggregated-diurnal-figures/lifecycle.png" docs/figures/disaggregated-diurnal.png
+
 # docs/disaggregation.md: links, DistServe's result both ways, the pools' sizes, the KV ledger's figure
 clustersim compare disaggregated --vary disaggregation.link.kind=nvlink,infiniband,roce,pcie \
   --columns "TTFT p50 ms,TTFT p99 ms,TPOT p99 ms,link wait p99 ms,KV transfer p99 ms,SLO met %" \

@@ -55,6 +55,8 @@ def plot_lifecycle(run: RunData, num_bins: int = NUM_BINS) -> Figure:
     end_s = run.makespan_s if run.makespan_s > 0 else 1.0
     figure.suptitle(f"{run.title}:\nreplica lifecycle ({_caption(run.summary)})")
     _draw_states(states, lifecycle, run.replicas, end_s)
+    ticks = [int(tick) for tick in states.get_yticks()]
+    states.set_yticks(ticks, [run.replica_label(tick).removeprefix("replica ") for tick in ticks])
     edges_s = bin_edges(end_s, num_bins)
     rate.stairs(tokens_per_s(run, edges_s), edges_s, color="0.15", lw=1.5)
     rate.set_ylabel(f"output tok/s\n({seconds_label(float(edges_s[1] - edges_s[0]))} bins)")
@@ -138,5 +140,6 @@ def _caption(summary: dict[str, object]) -> str:
         parts.append(
             f"autoscaler: {scaler['num_starts']} starts, {scaler['num_stops']} stops, "
             f"{scaler['mean_replicas_provisioned']:.2f} replicas on average"
+            + "".join(f", {role} {pool['mean_replicas_provisioned']:.2f}" for role, pool in scaler.get("pools", {}).items())
         )
     return "; ".join(parts) or "no moves"
