@@ -7,7 +7,7 @@ provisioned in every state but ``stopped``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ def autoscaler_summary(
     rows: Sequence[dict[str, Any]],
     gpus_per_replica: Sequence[int],
     makespan_s: float,
-    pools: dict[str, Sequence[int]] | None = None,
+    pools: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """The ``autoscaler`` block: its starts and drains, the replicas provisioned on average, and the
     GPU-hours provisioned against a fixed pool of every replica for the whole makespan. ``pools``:

@@ -232,7 +232,9 @@ def autoscalers(draw: st.DrawFn) -> dict[str, Any]:
         return {**common, "kind": kind, "target_outstanding_per_replica": draw(st.sampled_from([0.5, 2.0]))}
     if kind == "kv_use":
         return {**common, "kind": kind, "target_kv_used_frac": draw(st.sampled_from([0.1, 0.5]))}
-    targets = draw(st.sampled_from([{"ttft_s": 0.5}, {"ttft_s": 3.0}, {"tpot_s": 0.02}, {"ttft_s": 3.0, "tpot_s": 0.05}]))
+    targets = draw(
+        st.sampled_from([{"ttft_s": 0.5}, {"ttft_s": 3.0}, {"tpot_s": 0.02}, {"ttft_s": 3.0, "tpot_s": 0.05}])
+    )
     return {**common, "kind": kind, **targets, "window_s": 5.0}
 
 

@@ -140,6 +140,8 @@ def _caption(summary: dict[str, object]) -> str:
         parts.append(
             f"autoscaler: {scaler['num_starts']} starts, {scaler['num_stops']} stops, "
             f"{scaler['mean_replicas_provisioned']:.2f} replicas on average"
-            + "".join(f", {role} {pool['mean_replicas_provisioned']:.2f}" for role, pool in scaler.get("pools", {}).items())
+            + "".join(
+                f", {role} {pool['mean_replicas_provisioned']:.2f}" for role, pool in scaler.get("pools", {}).items()
+            )
         )
     return "; ".join(parts) or "no moves"
