@@ -368,7 +368,7 @@ class Scenario(StrictModel):
             count = sum(g.count for g in self.cluster.resolved_groups() if role in ("both", g.role))
             pool, most = ("pool", "num_replicas") if role == "both" else (f"{role} pool", f"{role} replicas")
             if scaler.min_replicas > count:
-                where_most = "cluster.num_replicas is" if role == "both" else f"the groups of role {role} hold"
+                where_most = "cluster.num_replicas is" if role == "both" else f"the count of its role: {role} groups is"
                 raise ValueError(
                     f"{where}.min_replicas: {scaler.min_replicas} is more than the {pool}'s {count} replicas "
                     f"({where_most} the most the autoscaler may start)"

@@ -83,7 +83,9 @@ def test_ctrl_c_keeps_the_settled_points_and_exits_130(folder: Path) -> None:
     (folder / "sweep.yaml").write_text(slow + "set: {stop.max_requests: 2500}\n", encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     command = [sys.executable, "-m", "clustersim", "sweep", "sweep.yaml", "--out", "out", "--jobs", "1"]
-    process = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell's background job ignores SIGINT, and a child inherits that: give the sweep a terminal's Ctrl-C
+    process = subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.monotonic() + 60
     while not list((folder / "out" / "runs").rglob("point.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
