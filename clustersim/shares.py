@@ -15,3 +15,9 @@ FULL_SHARE = 1024  # the quantum: a share is rounded to 1/1024 of the fastest se
 def share_tokens(index: int, share: int) -> int:
     """Tokens a sequence of ``share`` gains over decode steps ``0..index`` (floor: -1 at index -1)."""
     return index if share == FULL_SHARE else index * share // FULL_SHARE
+
+
+def gains_at(index: int, share: int) -> bool:
+    """Whether a sequence of ``share`` gains a token at decode step ``index``: ``share_tokens`` grows
+    from ``index - 1`` to ``index`` exactly when ``index * share mod FULL_SHARE < share``."""
+    return index * share % FULL_SHARE < share

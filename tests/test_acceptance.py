@@ -15,7 +15,7 @@ from clustersim.config.loader import scenario_from_mapping
 from clustersim.config.speculative import BetaAcceptance, Speculative, expected_tokens_per_step
 from clustersim.errors import ConfigError
 from clustersim.runner import RunResult
-from clustersim.shares import FULL_SHARE, share_tokens
+from clustersim.shares import FULL_SHARE, gains_at, share_tokens
 from clustersim.workload.request import Request
 
 Run = Callable[[dict[str, Any]], RunResult]
@@ -136,3 +136,10 @@ def test_config_errors(speculative: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         scenario_from_mapping(explicit_scenario([(0.0, 10, 5)], speculative={**base, **speculative}), "s.yaml")
     assert message in str(caught.value)
+
+
+def test_a_share_gains_a_token_exactly_where_its_count_grows() -> None:
+    # the rule the seats, the KV manager and the gaps apply inline on every step with lanes
+    for share in (1, 7, 512, 700, 1023, FULL_SHARE):
+        for index in range(-2, 3 * FULL_SHARE):
+            assert gains_at(index, share) == (share_tokens(index, share) != share_tokens(index - 1, share))

@@ -252,9 +252,8 @@ class KVManager:
         bs = self.block_size_tokens
         crossing = []
         for share, buckets in self._share_buckets.items():
-            tokens = share_tokens(d, share)
-            if tokens != share_tokens(d - 1, share):  # the share gains a token at step d
-                bucket = buckets[(1 - tokens) % bs]
+            if d * share % FULL_SHARE < share:  # the share gains a token at step d (shares.gains_at)
+                bucket = buckets[(1 - share_tokens(d, share)) % bs]
                 if bucket:
                     crossing.append(bucket)
         return crossing

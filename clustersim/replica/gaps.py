@@ -105,32 +105,38 @@ class GapTracker:
             if num_steps > 1:  # the run's later steps last (its span - the first's) together
                 self._tail(step, first, num_steps, (now_s - step.started_at_s) - duration_s)
         if self.seats.lanes and step.batch.num_decode_seqs:  # one step: runs never span such seats
-            for lane in self.seats.lanes.values():
-                if lane.gains(step.first_index):
-                    self._lane_gained(lane, step.first_index, now_s)
+            d = step.first_index
+            for share, lane in self.seats.lanes.items():
+                if d * share % FULL_SHARE < share:  # shares.gains_at, inline
+                    self._lane_gained(lane, d, now_s)
         self.last_decode_end_s = now_s
         if len(self.suffix.starts) > self._prune_at:
             self._prune()
 
     def _lane_gained(self, lane: ShareLane, index: int, now_s: float) -> None:
         """The seats of ``lane`` gained a token at decode step ``index``, which ended at ``now_s``."""
-        gaps = self._lane(lane.share)
-        joiners: dict[GapKey, int] = {}
+        gaps = self._lanes.get(lane.share) or self._lane(lane.share)
         add = self.histogram.add_gap
-        if gaps.joining:
-            for seat in gaps.joining:
-                if seat.alive:
-                    seat.join_gap_s = gap_s = now_s - seat.joined_at_s
-                    add(seat.request.gap_key, gap_s)
-                    joiners[seat.request.gap_key] = joiners.get(seat.request.gap_key, 0) + 1
-            gaps.joining = []
         gap_s = now_s - gaps.last_token_at_s
         continuing = False
-        for key, count in lane.by_key.items():
-            weight = count - joiners.get(key, 0)
-            if weight > 0:
-                add(key, gap_s, weight)
-                continuing = True
+        if gaps.joining:
+            joiners: dict[GapKey, int] = {}
+            for seat in gaps.joining:
+                if seat.alive:
+                    seat.join_gap_s = join_gap_s = now_s - seat.joined_at_s
+                    add(seat.request.gap_key, join_gap_s)
+                    joiners[seat.request.gap_key] = joiners.get(seat.request.gap_key, 0) + 1
+            gaps.joining = []
+            for key, count in lane.by_key.items():
+                weight = count - joiners.get(key, 0)
+                if weight > 0:
+                    add(key, gap_s, weight)
+                    continuing = True
+        else:
+            for key, count in lane.by_key.items():
+                if count > 0:
+                    add(key, gap_s, count)
+                    continuing = True
         if continuing:
             gaps.suffix.push(share_tokens(index, lane.share), gap_s)
         gaps.last_token_at_s = now_s

@@ -72,7 +72,7 @@ class ShareLane:
 
     def gains(self, index: int) -> bool:
         """Whether its seats gain a token at decode step ``index``."""
-        return share_tokens(index, self.share) != share_tokens(index - 1, self.share)
+        return index * self.share % FULL_SHARE < self.share  # shares.gains_at, inline
 
 
 class SeatSet:
@@ -209,7 +209,11 @@ class SeatSet:
 
     def num_silent(self, d: int) -> int:
         """Decoding seats that gain no token at decode step ``d`` (their share skips it)."""
-        return sum(lane.num_decode for lane in self.lanes.values() if not lane.gains(d))
+        silent = 0
+        for share, lane in self.lanes.items():
+            if d * share % FULL_SHARE >= share:  # not shares.gains_at(d, share)
+                silent += lane.num_decode
+        return silent
 
     def next_finish_index(self) -> int:
         """The decode index at which the next decoding seat finishes (all decode at the full share; there is one)."""
