@@ -152,11 +152,8 @@ class AutoscalerProcess:
         return sum(1 for index in self.pool if states_now[index] in states)
 
     def _up(self) -> list[Replica]:
-        """The pool's replicas a router may choose, in replica order (the lifecycle's own list when the
-        pool is every replica)."""
+        """The pool's replicas a router may choose, in replica order."""
         lifecycle = self.lifecycle
-        if len(self.pool) == len(lifecycle.replicas):
-            return lifecycle.up
         return [lifecycle.replicas[i] for i in self.pool if lifecycle.states[i] in ROUTED]
 
     def desired(self, now_s: float) -> int:

@@ -187,8 +187,7 @@ def speculative_summary(spec: Speculative, tenants: list[str]) -> dict[str, Any]
     """The ``speculative`` block: the section, E at the default rate, and with rates that differ by
     tenant or by request, each tenant's rate and mean E and the pace decode steps are priced at."""
     block: dict[str, Any] = {**spec.model_dump(), "tokens_per_verify_step": spec.tokens_per_step()}
-    rates = [spec.rate_of(t) for t in tenants]
-    if any(isinstance(r, BetaAcceptance) for r in rates) or len(set(map(str, rates))) > 1:
+    if not spec.uniform(tenants):
         block["max_tokens_per_verify_step"] = spec.max_tokens_per_step(tenants)
         block["tenants"] = {
             t: {"acceptance_rate": _dumped(spec.rate_of(t)), "tokens_per_verify_step": spec.tokens_per_step(t)}

@@ -97,8 +97,8 @@ class Speculative(StrictModel):
 
     def uniform(self, tenants: Iterable[str]) -> bool:
         """Whether every request of these tenants has one and the same fixed rate."""
-        rates = {self.rate_of(t) for t in tenants if not isinstance(self.rate_of(t), BetaAcceptance)}
-        return len(rates) <= 1 and not any(isinstance(self.rate_of(t), BetaAcceptance) for t in tenants)
+        rates = [self.rate_of(t) for t in tenants]
+        return not any(isinstance(r, BetaAcceptance) for r in rates) and len(set(rates)) <= 1
 
     def max_tokens_per_step(self, tenants: Iterable[str]) -> float:
         """The most tokens per verify step any request of these tenants may gain (a drawn rate may

@@ -31,7 +31,7 @@ from clustersim.kvcache.sequence import (
     capacity_reason,
     prefill_tokens_of,
 )
-from clustersim.shares import FULL_SHARE, share_tokens
+from clustersim.shares import FULL_SHARE, gains_at, share_tokens
 
 Buckets = list[dict[int, KVSequence]]
 
@@ -382,8 +382,7 @@ class KVManager:
     def swap_in_blocks(self, kv_tokens: int, share: int = FULL_SHARE, d: int = 0) -> int:
         """Blocks a swapped-out sequence with ``kv_tokens`` takes to come back at decode step ``d``,
         with room for the token it gains there (if its ``share`` gains one at ``d``)."""
-        gained = share_tokens(d, share) - share_tokens(d - 1, share)
-        return blocks_for_tokens(kv_tokens + gained, self.block_size_tokens)
+        return blocks_for_tokens(kv_tokens + gains_at(d, share), self.block_size_tokens)
 
     def swap_in(self, seq: KVSequence, num_blocks: int, host_blocks: int, d: int) -> None:
         """A swapped-out sequence (``kv_offset`` set) comes back with ``num_blocks`` for decode step ``d``."""

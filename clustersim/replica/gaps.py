@@ -92,7 +92,9 @@ class GapTracker:
                 started_s = step.started_at_s
                 end_s = started_s + duration_s
                 gap_s = (started_s - self.last_decode_end_s) + duration_s
-            joiners = self._join(end_s) if self._joining else None
+            joiners = None
+            if self._joining:
+                joiners, self._joining = self._join(self._joining, end_s), []
             add = self.histogram.add_gap
             continuing = False
             for key, count in self.seats.decode_by_key.items():
@@ -115,28 +117,18 @@ class GapTracker:
 
     def _lane_gained(self, lane: ShareLane, index: int, now_s: float) -> None:
         """The seats of ``lane`` gained a token at decode step ``index``, which ended at ``now_s``."""
-        gaps = self._lanes.get(lane.share) or self._lane(lane.share)
-        add = self.histogram.add_gap
-        gap_s = now_s - gaps.last_token_at_s
-        continuing = False
+        gaps = self._lane(lane.share)
+        joiners = None
         if gaps.joining:
-            joiners: dict[GapKey, int] = {}
-            for seat in gaps.joining:
-                if seat.alive:
-                    seat.join_gap_s = join_gap_s = now_s - seat.joined_at_s
-                    add(seat.request.gap_key, join_gap_s)
-                    joiners[seat.request.gap_key] = joiners.get(seat.request.gap_key, 0) + 1
-            gaps.joining = []
-            for key, count in lane.by_key.items():
-                weight = count - joiners.get(key, 0)
-                if weight > 0:
-                    add(key, gap_s, weight)
-                    continuing = True
-        else:
-            for key, count in lane.by_key.items():
-                if count > 0:
-                    add(key, gap_s, count)
-                    continuing = True
+            joiners, gaps.joining = self._join(gaps.joining, now_s), []
+        gap_s = now_s - gaps.last_token_at_s
+        add = self.histogram.add_gap
+        continuing = False
+        for key, count in lane.by_key.items():
+            weight = count - joiners.get(key, 0) if joiners else count
+            if weight > 0:
+                add(key, gap_s, weight)
+                continuing = True
         if continuing:
             gaps.suffix.push(share_tokens(index, lane.share), gap_s)
         gaps.last_token_at_s = now_s
@@ -160,18 +152,17 @@ class GapTracker:
         if len(self.suffix.starts) > self._prune_at:
             self._prune()
 
-    def _join(self, end_s: float) -> dict[GapKey, int]:
-        """The first gaps of the sequences joining the decodes in a step ending at ``end_s``; how many per key."""
+    def _join(self, joining: list[Seat], end_s: float) -> dict[GapKey, int]:
+        """The first gaps of the ``joining`` sequences, whose first decode step ends at ``end_s``; how many per key."""
         add = self.histogram.add_gap
         joiners: dict[GapKey, int] = {}
-        for seat in self._joining:
+        for seat in joining:
             if seat.alive:
                 gap_s = end_s - seat.joined_at_s
                 seat.join_gap_s = gap_s
                 key = seat.request.gap_key
                 add(key, gap_s)
                 joiners[key] = joiners.get(key, 0) + 1
-        self._joining = []
         return joiners
 
     def _tail(self, step: Step, first: int, num_steps: int, total_s: float) -> None:

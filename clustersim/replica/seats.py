@@ -70,10 +70,6 @@ class ShareLane:
         self.finish_heap: list[tuple[int, int, Seat]] = []
         self.by_key: dict[GapKey, int] = {}
 
-    def gains(self, index: int) -> bool:
-        """Whether its seats gain a token at decode step ``index``."""
-        return index * self.share % FULL_SHARE < self.share  # shares.gains_at, inline
-
 
 class SeatSet:
     """Seats in admission order, with the decode aggregates the step and the fast path need.
