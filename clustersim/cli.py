@@ -25,6 +25,7 @@ from clustersim.bench import (
 from clustersim.calibration.command import calibrate
 from clustersim.cli_common import resolve_scenario_path, write_doc
 from clustersim.cli_sweep import compare_command, plan_command, sweep
+from clustersim.cli_validate import validate_command
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
@@ -225,6 +226,7 @@ main.add_command(calibrate)
 main.add_command(sweep)
 main.add_command(compare_command)
 main.add_command(plan_command)
+main.add_command(validate_command)
 
 
 @main.command()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import load_scenario
 from clustersim.errors import ClusterSimError, one_line
 from clustersim.invariants import InvariantViolation
@@ -38,11 +39,14 @@ class PointTask:
     label: str
     scenario_sha256: str
     prices_usd_per_gpu_hour: dict[str, float] = field(default_factory=dict)
+    catalogue_root: str = ""  # a hardware_profiles folder to use instead of the built-in one
 
 
-def plan_point(scenario_path: str, overrides: tuple[str, ...]) -> RunPlan:
-    """The point's scenario, loaded, overridden and planned (raises ClusterSimError for bad input)."""
-    return plan_run(load_scenario(Path(scenario_path), overrides))
+def plan_point(scenario_path: str, overrides: tuple[str, ...], catalogue_root: str = "") -> RunPlan:
+    """The point's scenario, loaded, overridden and planned (raises ClusterSimError for bad input);
+    profiles from ``catalogue_root`` if given, else the built-in catalogue."""
+    catalogue = Catalogue(Path(catalogue_root)) if catalogue_root else None
+    return plan_run(load_scenario(Path(scenario_path), overrides), catalogue)
 
 
 def scenario_sha256(plan: RunPlan) -> str:
@@ -56,7 +60,7 @@ def run_point(task: PointTask) -> dict[str, Any]:
     row: dict[str, Any] = {"status": "failed", "error": None}
     details: str | None = None
     try:
-        plan = plan_point(task.scenario_path, task.overrides)
+        plan = plan_point(task.scenario_path, task.overrides, task.catalogue_root)
         result = run_plan(plan, Path(task.run_dir))
         row.update(flatten_summary(result.summary))
         prices, provisioned = task.prices_usd_per_gpu_hour, provisioned_frac(result.summary)

@@ -1,0 +1,285 @@
+"""Read the public validation corpus: one CSV per publisher, one row per published measurement.
+
+The columns are :data:`COLUMNS` (``validation/corpus/README.md`` says what each means). A file with a
+column missing, repeated, unknown or out of order is refused, as is a row whose value cannot be read;
+every error names the file, its line (physical, counting comments) and the column:
+``nvidia.csv:12: num_gpus: 'eight' is not a whole number``. Lines whose first non-blank character
+is ``#`` are comments. Row ids are unique across the corpus.
+
+Nothing here looks at the catalogue: whether a row's GPU, model and engine can be simulated is
+decided when it is (:mod:`clustersim.validation.rowscenario`), so an unknown model is a row the
+validation reports as not simulated, not a file that cannot be read.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from clustersim.errors import ConfigError, did_you_mean, shown_value
+
+LoadKind = Literal["offline", "concurrency", "rate", "batch"]
+LOAD_KINDS: tuple[str, ...] = get_args(LoadKind)
+SETTING_COLUMNS: tuple[str, ...] = (
+    "id",
+    "publisher",
+    "source_url",
+    "source_where",
+    "source_date",
+    "engine",
+    "engine_version",
+    "gpu",
+    "num_gpus",
+    "tp",
+    "pp",
+    "ep",
+    "dp",
+    "model",
+    "weight_precision",
+    "kv_precision",
+    "dataset",
+    "prompt_tokens",
+    "output_tokens",
+    "load_kind",
+    "load",
+    "num_requests",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+)
+# published metrics: throughputs of the whole deployment, latencies in milliseconds
+METRIC_COLUMNS: tuple[str, ...] = (
+    "output_tok_per_s",
+    "total_tok_per_s",
+    "req_per_s",
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+    "itl_mean_ms",
+    "itl_p50_ms",
+    "itl_p99_ms",
+    "e2e_mean_ms",
+    "e2e_p50_ms",
+    "e2e_p99_ms",
+)
+COLUMNS: tuple[str, ...] = (*SETTING_COLUMNS, *METRIC_COLUMNS, "notes")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4", "int8")
+KV_PRECISIONS = ("bf16", "fp16", "fp8")
+REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kind")
+
+
+@dataclass(frozen=True)
+class CorpusRow:
+    """One published measurement: its setting, its source, and the metrics published for it."""
+
+    row_id: str
+    publisher: str
+    source_url: str
+    source_where: str
+    source_date: str
+    engine: str
+    engine_version: str
+    gpu: str
+    num_gpus: int
+    tp: int
+    pp: int
+    ep: int
+    dp: int
+    model: str
+    weight_precision: str | None
+    kv_precision: str | None
+    dataset: str
+    prompt_tokens: float | None
+    output_tokens: float | None
+    load_kind: LoadKind
+    load: float | None
+    num_requests: int | None
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    notes: str = ""
+    file: str = ""
+    line: int = 0
+
+    @property
+    def where(self) -> str:
+        """``nvidia.csv:12``, for messages."""
+        return f"{self.file}:{self.line}"
+
+    def setting(self) -> str:
+        """A short description: ``vllm 0.8.5 H100-SXM x1 Llama-3.1-8B bf16 TP1, 1000 in / 1000 out, concurrency 64``."""
+        lengths = f"{_num(self.prompt_tokens)} in / {_num(self.output_tokens)} out"
+        if self.dataset and self.dataset != "random":
+            lengths = f"{self.dataset} ({lengths})"
+        load = self.load_kind if self.load is None else f"{self.load_kind} {_num(self.load)}"
+        parallel = f"TP{self.tp}" + (f" PP{self.pp}" if self.pp > 1 else "") + (f" EP{self.ep}" if self.ep > 1 else "")
+        parallel += f" x{self.dp}" if self.dp > 1 else ""
+        version = f" {self.engine_version}" if self.engine_version else ""
+        precision = self.weight_precision or "?"
+        return f"{self.engine}{version} {self.gpu} {self.model} {precision} {parallel}, {lengths}, {load}"
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:g}"
+
+
+def _comment_free(lines: Iterator[str], numbers: list[int]) -> Iterator[str]:
+    for number, line in enumerate(lines, start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            numbers.append(number)
+            yield line
+
+
+def _check_header(header: Sequence[str], where: str) -> None:
+    if list(header) == list(COLUMNS):
+        return
+    for name in header:
+        if name not in COLUMNS:
+            raise ConfigError(where, name, f"unknown column{did_you_mean(name, COLUMNS)}")
+        if list(header).count(name) > 1:
+            raise ConfigError(where, name, "column given twice")
+    missing = [name for name in COLUMNS if name not in header]
+    if missing:
+        raise ConfigError(where, missing[0], "column missing")
+    raise ConfigError(where, "header", f"columns out of order; expected: {','.join(COLUMNS)}")
+
+
+def _integer(text: str, column: str, where: str, minimum: int = 1) -> int | None:
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise ConfigError(where, column, f"{shown_value(text)} is not a whole number") from None
+    if not number.is_integer() or number < minimum:
+        raise ConfigError(where, column, f"{shown_value(text)} must be a whole number >= {minimum}")
+    return int(number)
+
+
+def _real(text: str, column: str, where: str, allow_inf: bool = False) -> float | None:
+    if not text:
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        raise ConfigError(where, column, f"{shown_value(text)} is not a number") from None
+    if math.isnan(number) or number <= 0 or (math.isinf(number) and not allow_inf):
+        raise ConfigError(where, column, f"{shown_value(text)} must be a positive number")
+    return number
+
+
+def _choice(text: str, column: str, where: str, choices: Sequence[str]) -> str | None:
+    if not text:
+        return None
+    if text not in choices:
+        raise ConfigError(where, column, f"{shown_value(text)} is not one of {', '.join(choices)}")
+    return text
+
+
+def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
+    """One row of a corpus file (``raw``: column -> text, stripped)."""
+    where = f"{file}:{line}"
+    for column in REQUIRED:
+        if not raw[column]:
+            raise ConfigError(where, column, "must not be empty")
+    if not raw["id"].startswith(raw["publisher"] + "-"):
+        raise ConfigError(where, "id", f"{shown_value(raw['id'])} must start with the publisher, '{raw['publisher']}-'")
+    load_kind = _choice(raw["load_kind"], "load_kind", where, LOAD_KINDS)
+    load = _real(raw["load"], "load", where, allow_inf=True)
+    if load_kind != "offline" and load is None:
+        raise ConfigError(where, "load", f"must be given for load_kind {load_kind}")
+    metrics = {name: value for name in METRIC_COLUMNS if (value := _real(raw[name], name, where)) is not None}
+    if not metrics:
+        raise ConfigError(where, "output_tok_per_s", "the row publishes no metric")
+    tp = _integer(raw["tp"], "tp", where) or 1
+    pp = _integer(raw["pp"], "pp", where) or 1
+    dp = _integer(raw["dp"], "dp", where) or 1
+    num_gpus = _integer(raw["num_gpus"], "num_gpus", where) or tp * pp * dp
+    return CorpusRow(
+        row_id=raw["id"],
+        publisher=raw["publisher"],
+        source_url=raw["source_url"],
+        source_where=raw["source_where"],
+        source_date=raw["source_date"],
+        engine=raw["engine"].lower(),
+        engine_version=raw["engine_version"],
+        gpu=raw["gpu"],
+        num_gpus=num_gpus,
+        tp=tp,
+        pp=pp,
+        ep=_integer(raw["ep"], "ep", where) or 1,
+        dp=dp,
+        model=raw["model"],
+        weight_precision=_choice(raw["weight_precision"].lower(), "weight_precision", where, PRECISIONS),
+        kv_precision=_choice(raw["kv_precision"].lower(), "kv_precision", where, KV_PRECISIONS),
+        dataset=raw["dataset"].lower(),
+        prompt_tokens=_real(raw["prompt_tokens"], "prompt_tokens", where),
+        output_tokens=_real(raw["output_tokens"], "output_tokens", where),
+        load_kind=load_kind,  # type: ignore[arg-type]
+        load=load,
+        num_requests=_integer(raw["num_requests"], "num_requests", where),
+        max_num_seqs=_integer(raw["max_num_seqs"], "max_num_seqs", where),
+        max_num_batched_tokens=_integer(raw["max_num_batched_tokens"], "max_num_batched_tokens", where),
+        metrics=metrics,
+        notes=raw["notes"],
+        file=file,
+        line=line,
+    )
+
+
+def load_corpus_file(path: Path) -> tuple[CorpusRow, ...]:
+    """The rows of one corpus file."""
+    name = path.name
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "", f"cannot read the file ({exc})") from None
+    numbers: list[int] = []
+    reader = csv.reader(_comment_free(iter(text.splitlines()), numbers))
+    header = next(reader, None)
+    if header is None:
+        raise ConfigError(str(path), "", "no header line")
+    _check_header([h.strip() for h in header], f"{name}:{numbers[0]}")
+    rows = []
+    for index, values in enumerate(reader, start=1):
+        line = numbers[index]
+        if len(values) != len(COLUMNS):
+            raise ConfigError(f"{name}:{line}", "", f"{len(values)} fields where the header has {len(COLUMNS)}")
+        rows.append(parse_row(dict(zip(COLUMNS, (v.strip() for v in values), strict=True)), name, line))
+    return tuple(rows)
+
+
+def load_corpus(folder: Path) -> tuple[CorpusRow, ...]:
+    """Every row of every ``*.csv`` in ``folder`` (files in name order), ids unique."""
+    if not folder.is_dir():
+        raise ConfigError(str(folder), "", "corpus folder not found")
+    files = sorted(folder.glob("*.csv"))
+    if not files:
+        raise ConfigError(str(folder), "", "no *.csv file in the corpus folder")
+    rows: list[CorpusRow] = []
+    seen: dict[str, str] = {}
+    for path in files:
+        for row in load_corpus_file(path):
+            if row.row_id in seen:
+                raise ConfigError(row.where, "id", f"'{row.row_id}' is also the id of {seen[row.row_id]}")
+            seen[row.row_id] = row.where
+            rows.append(row)
+    return tuple(rows)
+
+
+def corpus_sha256(folder: Path) -> str:
+    """A hash of the corpus files' names and contents (what a validation ran on)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.glob("*.csv")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()

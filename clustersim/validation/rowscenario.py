@@ -1,0 +1,239 @@
+"""A corpus row as the scenario that re-runs its benchmark, or the reason it cannot be simulated.
+
+The scenario is the benchmark the row describes (:mod:`clustersim.validation.corpus`):
+
+- ``offline`` and ``rate: inf``: every request queued at t=0 (``trtllm-bench``, ``vllm bench
+  throughput``, MLPerf Offline, ``--request-rate inf``);
+- ``concurrency``: a closed loop of ``load`` clients with no think time, all starting at t=0
+  (``--max-concurrency``);
+- ``rate``: Poisson arrivals at ``load`` requests per second (``--request-rate``; MLPerf Server);
+- ``batch``: ``load`` requests at t=0 that run as one batch (``max_num_seqs`` at least ``load``).
+
+Lengths are fixed for synthetic (``random``) rows; a named dataset with published mean lengths
+draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
+its scheduler defaults, unless the row states ``max_num_seqs`` or ``max_num_batched_tokens``.
+Requests served over HTTP (``concurrency`` and ``rate``) pass the engine's front end; offline ones
+(the engine's Python or C++ API) do not.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.profiles import HardwareProfile
+from clustersim.errors import ConfigError
+from clustersim.validation.corpus import CorpusRow
+
+ALL_AT_ONCE_RATE_PER_S = 1.0e6  # "infinite" rate: N requests queued within N microseconds
+DEFAULT_NUM_REQUESTS = {"offline": 1000, "batch": 0, "concurrency": 1000, "rate": 1000}
+MIN_REQUESTS_PER_CLIENT = 4
+MAX_SIMULATED_REQUESTS = 6000
+SEED = 0
+
+# engine (as the corpus names it) -> (engine profile, oldest version it models)
+ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
+    "vllm": ("vllm-v1", (0, 8)),
+    "sglang": ("sglang", (0, 4)),
+    "trtllm": ("trtllm", (0, 17)),
+}
+
+
+@dataclass(frozen=True)
+class LengthShape:
+    """A dataset's length distribution: lognormal with these sigmas, scaled to the row's means."""
+
+    prompt_sigma: float
+    output_sigma: float
+    max_prompt_tokens: int
+    max_output_tokens: int
+    source: str
+
+
+DATASET_SHAPES: dict[str, LengthShape] = {
+    "sharegpt": LengthShape(
+        1.1,
+        0.9,
+        1024,
+        2048,
+        "assumption: ShareGPT is heavy-tailed with many short prompts (vLLM's benchmarks keep prompts <= 1024 "
+        "tokens); the same shape as scenarios/published/vllm_ci_h200_l8b_tput.yaml",
+    ),
+}
+GENERIC_SHAPE = LengthShape(
+    0.7, 0.7, 32768, 8192, "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means"
+)
+FIXED_DATASETS = ("random", "fixed", "synthetic", "")
+
+
+@dataclass(frozen=True)
+class RowScenario:
+    """A row's scenario (a raw mapping, validated when it runs) and what was assumed to build it."""
+
+    row: CorpusRow
+    mapping: dict[str, Any] | None
+    skip_reason: str | None = None
+    assumptions: tuple[str, ...] = ()
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    found = re.match(r"v?(\d+)\.(\d+)", text.strip())
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+_MODEL_SUFFIXES = re.compile(
+    r"(-(instruct|chat|hf|base|it|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|w4a16|w8a8|fp8-dynamic|dynamic|quantized|v0\.\d))+$",
+    re.IGNORECASE,
+)
+MODEL_SAME_ARCHITECTURE = {"llama-3.3-70b": "Llama-3.1-70B", "llama-3-8b": "Llama-3.1-8B", "llama-3-70b": "Llama-3.1-70B"}
+
+
+def model_names(name: str) -> list[str]:
+    """Names to look a corpus model up by: as given, without the organisation, without quantization
+    and instruction-tuning suffixes, and the model of the same architecture (Llama 3.3 70B is 3.1's)."""
+    bare = name.split("/")[-1]
+    stem = _MODEL_SUFFIXES.sub("", bare)
+    names = [name, bare, stem]
+    for key, same in MODEL_SAME_ARCHITECTURE.items():
+        if stem.lower().replace("meta-", "") == key:
+            names.append(same)
+    return list(dict.fromkeys(names))
+
+
+def resolve_model(name: str, catalogue: Catalogue) -> str | None:
+    for candidate in model_names(name):
+        try:
+            return catalogue.model(candidate).name
+        except ConfigError:
+            continue
+    return None
+
+
+def _lookup_hardware(name: str, catalogue: Catalogue) -> HardwareProfile | None:
+    try:
+        return catalogue.hardware(name)
+    except ConfigError:
+        return None
+
+
+def _precision(row: CorpusRow, hardware: HardwareProfile) -> tuple[str | None, str | None]:
+    """The scenario's weight precision, or (None, reason) when it cannot be priced."""
+    precision = row.weight_precision
+    if precision in (None, "bf16", "fp16", "fp8"):
+        return precision, None
+    if precision == "fp4":
+        return "fp4", None
+    if precision == "int4":  # weight-only: 0.5 byte per weight, GEMMs at the 16-bit peak
+        has_fp4 = hardware.peak_fp4_flops_per_s is not None and hardware.peak_fp4_flops_per_s.value is not None
+        if has_fp4:
+            return None, f"int4 weight-only on {hardware.name} (it has FP4 tensor cores; not modelled)"
+        return "fp4", None
+    return None, f"{precision} weights are not modelled"
+
+
+def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """The tenant's length distributions, an assumption made (or None) and a skip reason (or None)."""
+    if row.prompt_tokens is None or row.output_tokens is None:
+        return None, None, "mean prompt and output lengths are not published"
+    prompt, output = max(1, round(row.prompt_tokens)), max(1, round(row.output_tokens))
+    if row.dataset in FIXED_DATASETS:
+        fixed = {"prompt_tokens": {"kind": "fixed", "tokens": prompt}, "output_tokens": {"kind": "fixed", "tokens": output}}
+        return fixed, None, None
+    shape = DATASET_SHAPES.get(row.dataset, GENERIC_SHAPE)
+
+    def lognormal(mean: int, sigma: float, cap: int) -> dict[str, Any]:
+        median = max(1, round(mean / math.exp(sigma * sigma / 2.0)))
+        return {"kind": "lognormal", "median_tokens": median, "sigma": sigma, "min_tokens": 1, "max_tokens": max(cap, 2 * mean)}
+
+    drawn = {
+        "prompt_tokens": lognormal(prompt, shape.prompt_sigma, shape.max_prompt_tokens),
+        "output_tokens": lognormal(output, shape.output_sigma, shape.max_output_tokens),
+    }
+    return drawn, f"{row.dataset} lengths: {shape.source}", None
+
+
+def _arrival(row: CorpusRow) -> tuple[dict[str, Any], int]:
+    """The tenant's arrivals and how many requests run together at most (for ``max_num_seqs``)."""
+    load = row.load
+    if row.load_kind == "concurrency":
+        assert load is not None
+        users = max(1, round(load))
+        return {"kind": "closed_loop", "num_users": users, "think_time": {"kind": "fixed", "time_s": 0.0}}, 1
+    if row.load_kind == "rate" and load is not None and math.isfinite(load):
+        return {"kind": "poisson", "rate_per_s": load}, 1
+    together = round(load) if row.load_kind == "batch" and load is not None else 1
+    return {"kind": "poisson", "rate_per_s": ALL_AT_ONCE_RATE_PER_S}, together
+
+
+def num_requests(row: CorpusRow) -> int:
+    """Requests to simulate: the row's (capped), else the benchmark tool's usual number."""
+    wanted = row.num_requests or DEFAULT_NUM_REQUESTS[row.load_kind]
+    if row.load_kind == "batch":
+        wanted = round(row.load or 1)
+    if row.load_kind == "concurrency" and row.num_requests is None:
+        wanted = max(wanted, MIN_REQUESTS_PER_CLIENT * round(row.load or 1))
+    return min(wanted, MAX_SIMULATED_REQUESTS)
+
+
+def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
+    """The scenario that re-runs ``row``'s benchmark, or why it cannot be simulated."""
+
+    def skip(reason: str) -> RowScenario:
+        return RowScenario(row, None, reason)
+
+    engine = ENGINES.get(row.engine)
+    if engine is None:
+        return skip(f"engine '{row.engine}' has no profile")
+    version = _version(row.engine_version)
+    if version is not None and version < engine[1]:
+        return skip(f"{row.engine} {row.engine_version} is older than the modelled {'.'.join(map(str, engine[1]))}")
+    hardware = _lookup_hardware(row.gpu, catalogue)
+    if hardware is None:
+        return skip(f"no hardware profile for {row.gpu}")
+    model = resolve_model(row.model, catalogue)
+    if model is None:
+        return skip(f"no model profile for {row.model}")
+    if row.ep > 1:
+        return skip("expert parallelism is not modelled")
+    precision, reason = _precision(row, hardware)
+    if reason is not None:
+        return skip(reason)
+    lengths, assumption, reason = _lengths(row)
+    if reason is not None:
+        return skip(reason)
+    assert lengths is not None
+    arrival, together = _arrival(row)
+    cluster: dict[str, Any] = {
+        "num_replicas": row.dp,
+        "hardware": hardware.name,
+        "model": model,
+        "tensor_parallel": row.tp,
+        "pipeline_parallel": row.pp,
+        "engine": engine[0],
+    }
+    if precision is not None:
+        cluster["weight_precision"] = precision
+    if row.kv_precision is not None:
+        cluster["kv_cache_precision"] = row.kv_precision
+    scheduler: dict[str, Any] = {}
+    if row.max_num_seqs is not None:
+        scheduler["max_num_seqs"] = row.max_num_seqs
+    if row.max_num_batched_tokens is not None:
+        scheduler["max_num_batched_tokens"] = row.max_num_batched_tokens
+    if together > 1:
+        scheduler["max_num_seqs"] = max(together, scheduler.get("max_num_seqs", 0))
+    mapping: dict[str, Any] = {
+        "name": row.row_id,
+        "description": f"{row.setting()} [{row.source_url} {row.source_where}]",
+        "seed": SEED,
+        "workload": {"tenants": [{"name": "benchmark", "arrival": arrival, **lengths}]},
+        "cluster": cluster,
+        "stop": {"max_requests": num_requests(row)},
+    }
+    if scheduler:
+        mapping["scheduler"] = scheduler
+    assumptions = (assumption,) if assumption else ()
+    return RowScenario(row, mapping, None, assumptions)
