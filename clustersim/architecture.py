@@ -9,7 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
+from clustersim.config.profiles import (
+    Cited,
+    EfficiencyScales,
+    EngineProfile,
+    HardwareProfile,
+    KVMemoryRule,
+    ModelProfile,
+)
 from clustersim.config.scenario import Precision
 
 BYTES_PER_ELEMENT: dict[Precision, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -223,9 +230,23 @@ class ModelShape:
             return self.num_params()
         return round(self._layers_params(self.num_experts_per_token)) + self.hidden_size + self.embedding_params()
 
+    @property
+    def embedding_bytes_per_param(self) -> float:
+        """Bytes per weight of the embedding and LM head: quantized checkpoints keep both at 16 bits
+        (llm-compressor FP8 recipes ``ignore=["lm_head"]``; NVIDIA ModelOpt checkpoints list ``lm_head``
+        in ``exclude_modules``; embeddings are never quantized)."""
+        return max(self.weight_bytes_per_param, self.activation_bytes_per_element)
+
+    def head_shape(self) -> ModelShape:
+        """The model as its LM head GEMM sees it: 16-bit weights (see :attr:`embedding_bytes_per_param`)."""
+        if self.weight_bytes_per_param >= self.activation_bytes_per_element:
+            return self
+        return replace(self, weight_bytes_per_param=self.activation_bytes_per_element, weight_precision="bf16")
+
     def weight_bytes(self) -> float:
-        """Bytes of all weights of one model copy."""
-        return self.num_params() * self.weight_bytes_per_param
+        """Bytes of all weights of one model copy (embedding and LM head at 16 bits)."""
+        embedding = self.embedding_params()
+        return (self.num_params() - embedding) * self.weight_bytes_per_param + embedding * self.embedding_bytes_per_param
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over all layers on one model copy."""
@@ -255,6 +276,9 @@ class EngineSpec:
     cuda_graph_mixed_steps: bool = False  # piecewise graphs: steps of up to cuda_graph_max_seqs tokens
     host_overlap_frac: float = 0.0  # of the host time, what runs while the GPU works (0: all of it in series)
     all_reduce_latency_s: float = 0.0  # the engine's own all-reduce kernels (0: the GPU profile's link latency)
+    kv_memory_rule: KVMemoryRule = "static"  # how the KV cache is sized (EngineProfile.kv_memory_rule)
+    runtime_memory_bytes: float = 0.0
+    runtime_memory_tp_bytes: float = 0.0
 
     @classmethod
     def from_profile(cls, engine: EngineProfile) -> EngineSpec:
@@ -271,6 +295,9 @@ class EngineSpec:
             cuda_graph_mixed_steps=bool(engine.cuda_graph_mixed_steps and engine.cuda_graph_mixed_steps.value),
             host_overlap_frac=opt(engine.host_overlap_frac),
             all_reduce_latency_s=opt(engine.all_reduce_latency_s),
+            kv_memory_rule=engine.kv_memory_rule.value if engine.kv_memory_rule is not None else "static",
+            runtime_memory_bytes=opt(engine.runtime_memory_bytes),
+            runtime_memory_tp_bytes=opt(engine.runtime_memory_tp_bytes),
         )
 
 
@@ -304,6 +331,9 @@ class GpuSpec:
     decode_attention_half_occupancy_seqs: float = 0.0
     prefill_attention_compute_efficiency_frac: float | None = None
     prefill_attention_latency_s: float = 0.0
+    memory_reported_bytes: float | None = None  # what the CUDA driver reports as total (None: memory_bytes)
+    elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
+    moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
     engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
@@ -318,7 +348,18 @@ class GpuSpec:
             return value
 
         engine_spec = EngineSpec.from_profile(engine)
-        return cls(
+        family = hardware.family.value if hardware.family is not None else None
+        found = (engine.efficiency or {}).get(family) if family is not None else None  # type: ignore[call-overload]
+        scales = found or EfficiencyScales()
+
+        def scaled(value: float | None, scale: Cited[float] | None) -> float | None:
+            if value is None or scale is None:
+                return value
+            return min(1.0, value * scale.value)
+
+        memory_frac = hardware.memory_efficiency_frac.value
+        elementwise = scaled(memory_frac, scales.elementwise_scale)
+        spec = cls(
             name=hardware.name,
             memory_bytes=hardware.memory_bytes.value,
             hbm_bandwidth_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s.value,
@@ -341,8 +382,33 @@ class GpuSpec:
             decode_attention_half_occupancy_seqs=num(hardware.decode_attention_half_occupancy_seqs, 0.0),
             prefill_attention_compute_efficiency_frac=opt(hardware.prefill_attention_compute_efficiency_frac, None),
             prefill_attention_latency_s=num(hardware.prefill_attention_latency_s, 0.0),
+            memory_reported_bytes=opt(hardware.memory_reported_bytes, None),
             engine=engine_spec,
         )
+        return replace(
+            spec,
+            compute_efficiency_frac=scaled(spec.compute_efficiency_frac, scales.gemm_compute_scale),
+            memory_efficiency_frac=scaled(memory_frac, scales.gemm_memory_scale),
+            elementwise_memory_efficiency_frac=elementwise if elementwise != memory_frac else None,
+            prefill_attention_compute_efficiency_frac=scaled(
+                spec.prefill_attention_compute_efficiency_frac or spec.compute_efficiency_frac,
+                scales.prefill_attention_scale,
+            )
+            if scales.prefill_attention_scale is not None
+            else spec.prefill_attention_compute_efficiency_frac,
+            decode_attention_memory_efficiency_frac=scaled(
+                spec.decode_attention_memory_efficiency_frac or memory_frac, scales.decode_attention_scale
+            )
+            if scales.decode_attention_scale is not None
+            else spec.decode_attention_memory_efficiency_frac,
+            interconnect_efficiency_frac=scaled(spec.interconnect_efficiency_frac, scales.comm_scale),
+            moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
+        )
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        """The memory an engine sizes itself from: the driver's total (less than the datasheet's)."""
+        return self.memory_reported_bytes if self.memory_reported_bytes is not None else self.memory_bytes
 
     def gemm_peak_flops_per_s(self, precision: Precision) -> float:
         """Tensor-core peak for GEMMs with ``precision`` weights (and activations quantized to match).
@@ -372,8 +438,8 @@ def weight_bytes_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_paral
         return model.weight_bytes() / tensor_parallel
     layers_share = model.layers_per_stage(pipeline_parallel) / model.num_layers
     layer_params = model.num_params() - model.embedding_params() - model.hidden_size
-    stage_params = layers_share * layer_params + model.embedding_params() + model.hidden_size
-    return stage_params * model.weight_bytes_per_param / tensor_parallel
+    stage_bytes = (layers_share * layer_params + model.hidden_size) * model.weight_bytes_per_param
+    return (stage_bytes + model.embedding_params() * model.embedding_bytes_per_param) / tensor_parallel
 
 
 def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_parallel: int = 1) -> float:
@@ -417,9 +483,61 @@ def kv_capacity_blocks(
     May be zero or negative when the weights alone do not fit; callers report that.
     """
     free_bytes = (
-        gpu.memory_bytes * gpu_memory_frac
+        gpu.usable_memory_bytes * gpu_memory_frac
         - weight_bytes_per_gpu(model, tensor_parallel, pipeline_parallel)
         - reserve_bytes
     )
     block_bytes = kv_bytes_per_token_per_gpu(model, tensor_parallel, pipeline_parallel) * block_size_tokens
     return math.floor(free_bytes / block_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class KVMemory:
+    """How one GPU of a replica splits its memory, as its engine computes it (bytes)."""
+
+    total_bytes: float
+    budget_bytes: float  # what the engine's memory fraction allows, before weights
+    weight_bytes: float
+    activation_bytes: float
+    runtime_bytes: float
+    kv_bytes: float  # left for the KV cache
+
+    def describe(self, rule: str) -> str:
+        gib = 2.0**30
+        return (
+            f"{self.total_bytes / gib:.2f} GiB reported, rule {rule}: weights {self.weight_bytes / gib:.2f} GiB, "
+            f"activations {self.activation_bytes / gib:.2f} GiB, runtime {self.runtime_bytes / gib:.2f} GiB, "
+            f"KV cache {self.kv_bytes / gib:.2f} GiB"
+        )
+
+
+def engine_kv_memory(
+    model: ModelShape,
+    gpu: GpuSpec,
+    tensor_parallel: int,
+    pipeline_parallel: int,
+    gpu_memory_frac: float,
+    activation_bytes: float,
+    extra_weight_bytes: float = 0.0,
+) -> KVMemory:
+    """The KV cache one GPU holds by its engine's rule (:attr:`EngineSpec.kv_memory_rule`).
+
+    ``of_total`` (vLLM ``gpu_memory_utilization``, vllm/v1/worker/gpu_worker.py
+    ``determine_available_memory``): ``f x total - (weights + profile-run activation peak + memory
+    outside torch)``. ``static`` (SGLang ``mem_fraction_static``): ``f x total - weights``; activations
+    and CUDA graphs live in the rest, and only what exceeds it comes off the KV cache. ``of_free``
+    (TensorRT-LLM ``KvCacheConfig.free_gpu_memory_fraction``): ``f x`` the memory still free once the
+    weights, activations and runtime buffers are allocated.
+    """
+    engine = gpu.engine
+    total = gpu.usable_memory_bytes
+    weights = weight_bytes_per_gpu(model, tensor_parallel, pipeline_parallel) + extra_weight_bytes
+    runtime = engine.runtime_memory_bytes + (engine.runtime_memory_tp_bytes if tensor_parallel > 1 else 0.0)
+    budget = total * gpu_memory_frac
+    if engine.kv_memory_rule == "of_total":
+        kv = budget - weights - activation_bytes - runtime
+    elif engine.kv_memory_rule == "of_free":
+        kv = gpu_memory_frac * (total - weights - activation_bytes - runtime)
+    else:
+        kv = budget - weights - max(0.0, activation_bytes + runtime - (total - budget))
+    return KVMemory(total, budget, weights, activation_bytes, runtime, kv)

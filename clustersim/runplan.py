@@ -19,9 +19,8 @@ from clustersim.architecture import (
     GpuSpec,
     ModelShape,
     activation_reserve_bytes,
+    engine_kv_memory,
     kv_bytes_per_token_per_gpu,
-    kv_capacity_blocks,
-    weight_bytes_per_gpu,
 )
 from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
@@ -258,31 +257,25 @@ def kv_blocks(
     where: str,
     draft: Proposer = NO_PROPOSER,
 ) -> int:
-    """KV blocks per replica: what the GPU memory left by weights and activations holds, unless fixed.
-    A speculative ``draft`` model's weights come off the memory first, and its KV cache (a token for
-    each of the target's) shares the rest in proportion to their bytes per token."""
+    """KV blocks per replica: what the GPU memory left by weights and activations holds, by the engine's
+    rule (:func:`clustersim.architecture.engine_kv_memory`), unless fixed. A speculative ``draft``
+    model's weights come off the memory first, and its KV cache (a token for each of the target's)
+    shares the rest in proportion to their bytes per token."""
     kv = scenario.kv
-    usable = gpu.memory_bytes * kv.gpu_memory_frac
-    weights = weight_bytes_per_gpu(model, tp, pp) + draft.weight_bytes_per_gpu
     block = kv_bytes_per_token_per_gpu(model, tp, pp) * kv.block_size_tokens
     layout = f"tensor_parallel {tp}" + (f" x pipeline_parallel {pp}" if pp > 1 else "")
-    memory = f"{usable / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {gpu.memory_bytes / GIB:.1f} GiB)"
-    if kv_capacity_blocks(model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, draft.weight_bytes_per_gpu) < 1:
+    batched = scenario.scheduler.max_num_batched_tokens
+    activations = activation_reserve_bytes(model, tp, batched)
+    memory = engine_kv_memory(model, gpu, tp, pp, kv.gpu_memory_frac, activations, draft.weight_bytes_per_gpu)
+    usable = f"{memory.budget_bytes / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {memory.total_bytes / GIB:.1f} GiB)"
+    if memory.budget_bytes - memory.weight_bytes < block:
         raise ConfigError(
             source,
             f"{where}.tensor_parallel",
             f"{model.name} does not fit on {gpu.name} at {layout}: weights need "
-            f"{weights / GIB:.1f} GiB per GPU plus one KV block ({block / GIB:.3f} GiB); {memory}",
+            f"{memory.weight_bytes / GIB:.1f} GiB per GPU plus one KV block ({block / GIB:.3f} GiB); {usable}",
         )
-    # activations live first in the memory outside gpu_memory_frac (SGLang's mem_fraction_static
-    # semantics: weights + KV inside it, activations and CUDA-graph buffers outside); only the
-    # excess eats into the KV cache
-    batched = scenario.scheduler.max_num_batched_tokens
-    activations = activation_reserve_bytes(model, tp, batched)
-    reserve = max(0.0, activations - gpu.memory_bytes * (1.0 - kv.gpu_memory_frac))
-    num_blocks = kv_capacity_blocks(
-        model, gpu, tp, kv.gpu_memory_frac, kv.block_size_tokens, pp, reserve + draft.weight_bytes_per_gpu
-    )
+    num_blocks = math.floor(memory.kv_bytes / block)
     if draft.kv_bytes_per_token_per_gpu and num_blocks > 0:
         target_kv = kv_bytes_per_token_per_gpu(model, tp, pp)
         num_blocks = math.floor(num_blocks * target_kv / (target_kv + draft.kv_bytes_per_token_per_gpu))
@@ -292,9 +285,9 @@ def kv_blocks(
         raise ConfigError(
             source,
             f"{where}.tensor_parallel",
-            f"{model.name} does not fit on {gpu.name} at {layout}: weights need {weights / GIB:.1f} GiB per GPU, "
-            f"activations for {batched} batched tokens {activations / GIB:.1f} GiB "
-            f"({reserve / GIB:.1f} GiB beyond the {1 - kv.gpu_memory_frac:.2f} headroom) "
-            f"and one KV block {block / GIB:.3f} GiB; {memory}",
+            f"{model.name} does not fit on {gpu.name} at {layout}: weights need {memory.weight_bytes / GIB:.1f} GiB "
+            f"per GPU, activations for {batched} batched tokens {activations / GIB:.1f} GiB, the engine's runtime "
+            f"{memory.runtime_bytes / GIB:.1f} GiB and one KV block {block / GIB:.3f} GiB; {usable} "
+            f"(engine rule {gpu.engine.kv_memory_rule})",
         )
     return num_blocks

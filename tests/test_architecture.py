@@ -7,7 +7,7 @@ import json
 import pytest
 from conftest import SHARED
 
-from clustersim.architecture import GpuSpec, ModelShape, blocks_for_tokens, kv_capacity_blocks
+from clustersim.architecture import GpuSpec, ModelShape, blocks_for_tokens, engine_kv_memory, kv_capacity_blocks
 from clustersim.config.catalogue import Catalogue
 
 CATALOGUE = Catalogue.builtin()
@@ -53,7 +53,10 @@ def test_kv_bytes_match_reference(name):
     reference_file = SHARED / "reference" / "model_architectures.json"
     if not reference_file.exists():
         pytest.skip(f"{reference_file} is absent (shared ground truth not mounted)")
-    reference = json.loads(reference_file.read_text())[name]
+    references = json.loads(reference_file.read_text())
+    if name not in references:
+        pytest.skip(f"{name} is not in {reference_file.name}")
+    reference = references[name]
     assert ModelShape.from_profile(CATALOGUE.model(name)).kv_bytes_per_token() == reference["kv_bytes_per_token_bf16"]
 
 
@@ -65,30 +68,75 @@ def test_blocks_for_tokens(tokens, block, blocks):
 def test_kv_capacity_by_hand():
     model = ModelShape.from_profile(CATALOGUE.model("Llama-3.1-8B"))
     gpu = GpuSpec.from_profiles(CATALOGUE.hardware("H100-SXM"), CATALOGUE.engine("vllm"))
-    # 0.9 x 80e9 - 8,030,261,248 params x 2 B; 131,072 B per token x 16 tokens per block
-    expected = int((0.9 * 80e9 - 8_030_261_248 * 2) // (131_072 * 16))
+    memory = 79.2 * 2**30  # what the driver reports on an H100 80GB (the profile's memory_reported_bytes)
+    assert gpu.usable_memory_bytes == pytest.approx(memory, rel=1e-4)
+    # 0.9 x memory - 8,030,261,248 params x 2 B; 131,072 B per token x 16 tokens per block
+    expected = int((0.9 * gpu.usable_memory_bytes - 8_030_261_248 * 2) // (131_072 * 16))
     assert kv_capacity_blocks(model, gpu, 1, 0.9, 16) == expected
     # TP 2 halves the weights per GPU and the KV bytes per token per GPU (8 KV heads shard)
-    assert kv_capacity_blocks(model, gpu, 2, 0.9, 16) == int((0.9 * 80e9 - 8_030_261_248) // (65_536 * 16))
+    expected = int((0.9 * gpu.usable_memory_bytes - 8_030_261_248) // (65_536 * 16))
+    assert kv_capacity_blocks(model, gpu, 2, 0.9, 16) == expected
 
 
 def test_pipeline_parallel_and_reserve_shrink_kv_capacity():
     model = ModelShape.from_profile(CATALOGUE.model("Llama-3.1-8B"))
     gpu = GpuSpec.from_profiles(CATALOGUE.hardware("H100-SXM"), CATALOGUE.engine("vllm"))
+    usable = 0.9 * gpu.usable_memory_bytes
     # PP 2: 16 layers per GPU, so half the KV bytes per token; weights: half the layers + both embeddings
     layer_params = 8_030_261_248 - 2 * 128_256 * 4096 - 4096
     stage_bytes = (layer_params / 2 + 2 * 128_256 * 4096 + 4096) * 2
-    assert kv_capacity_blocks(model, gpu, 1, 0.9, 16, 2) == int((0.9 * 80e9 - stage_bytes) // (65_536 * 16))
+    assert kv_capacity_blocks(model, gpu, 1, 0.9, 16, 2) == int((usable - stage_bytes) // (65_536 * 16))
     reserve = 1e9
     assert kv_capacity_blocks(model, gpu, 1, 0.9, 16, 1, reserve) == int(
-        (0.9 * 80e9 - 8_030_261_248 * 2 - reserve) // (131_072 * 16)
+        (usable - 8_030_261_248 * 2 - reserve) // (131_072 * 16)
     )
 
 
 def test_fp8_kv_cache_halves_bytes_per_token():
     model = ModelShape.from_profile(CATALOGUE.model("Llama-2-70B"), "fp8", "fp8")
     assert model.kv_bytes_per_token() == 327_680 / 2
-    assert model.weight_bytes() == model.num_params()
+    # quantized checkpoints keep the embedding and the LM head at 16 bits
+    embedding = 2 * 32_000 * 8192
+    assert model.embedding_params() == embedding
+    assert model.weight_bytes() == model.num_params() - embedding + 2 * embedding
+
+
+GIB = 2.0**30
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected_gib"),
+    [
+        # vLLM V1: 0.9 x 79.2 GiB - weights - activation peak - 0.35 GiB outside torch
+        ("vllm-v1", lambda w, a: 0.9 * 79.2 - w - a - 3.758e8 / GIB),
+        # SGLang: 0.88 x 79.2 GiB - weights (activations fit in the other 12%)
+        ("sglang", lambda w, a: 0.88 * 79.2 - w),
+        # TensorRT-LLM: 0.9 of what is free after weights and activations
+        ("trtllm", lambda w, a: 0.9 * (79.2 - w - a)),
+    ],
+)
+def test_engine_kv_memory_rules_by_hand(engine, expected_gib):
+    model = ModelShape.from_profile(CATALOGUE.model("Llama-3.1-8B"))
+    profile = CATALOGUE.engine(engine)
+    gpu = GpuSpec.from_profiles(CATALOGUE.hardware("H100-SXM"), profile)
+    frac = profile.kv.gpu_memory_frac.value
+    activations = 1.0 * GIB
+    memory = engine_kv_memory(model, gpu, 1, 1, frac, activations)
+    weights_gib = 8_030_261_248 * 2 / GIB
+    assert memory.kv_bytes / GIB == pytest.approx(expected_gib(weights_gib, 1.0), rel=1e-3)
+    # a vLLM log line reads 54.62 GiB for this model on an H100 (0.35 GiB outside torch, 1.24 GiB activations)
+    if engine == "vllm-v1":
+        logged = engine_kv_memory(model, gpu, 1, 1, frac, 1.24 * GIB)
+        assert logged.kv_bytes / GIB == pytest.approx(54.62, abs=0.15)
+
+
+def test_vllm_tensor_parallel_buffers_come_off_every_gpu():
+    model = ModelShape.from_profile(CATALOGUE.model("Llama-3.1-8B"))
+    gpu = GpuSpec.from_profiles(CATALOGUE.hardware("H100-SXM"), CATALOGUE.engine("vllm-v1"))
+    one = engine_kv_memory(model, gpu, 1, 1, 0.9, 0.0)
+    two = engine_kv_memory(model, gpu, 2, 1, 0.9, 0.0)
+    assert two.runtime_bytes - one.runtime_bytes == pytest.approx(1.92e9)
+    assert two.weight_bytes == pytest.approx(one.weight_bytes / 2)
 
 
 def test_every_profile_number_cites_a_source():

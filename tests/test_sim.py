@@ -126,7 +126,7 @@ def test_model_that_does_not_fit_fails_with_sizes(run_mapping):
         run_mapping(raw)
     assert str(info.value) == (
         "test.yaml: cluster.tensor_parallel: Llama-3.1-70B does not fit on A100-80GB at tensor_parallel 1: "
-        "weights need 131.4 GiB per GPU plus one KV block (0.005 GiB); 67.1 GiB usable (0.9 x 74.5 GiB)"
+        "weights need 131.4 GiB per GPU plus one KV block (0.005 GiB); 71.2 GiB usable (0.9 x 79.2 GiB)"
     )
     raw["cluster"]["tensor_parallel"] = 4
     assert run_mapping({**raw, "stop": {"max_requests": 20}}).summary["num_requests"]["completed"] == 20

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field, model_validator
 
 from clustersim.config.base import StrictModel
 
 T = TypeVar("T")
+# how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
+KVMemoryRule = Literal["of_total", "static", "of_free"]
+# GPU generations whose kernels an engine profile scales together (EngineProfile.efficiency)
+GpuFamily = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 
 # fields that may be zero (every other number of a profile must be positive)
 MAY_BE_ZERO = frozenset({"num_dense_layers", "num_shared_experts"})
@@ -62,7 +66,9 @@ class HardwareProfile(_Physical):
 
     name: str
     aliases: tuple[str, ...] = ()
+    family: Cited[GpuFamily] | None = None
     memory_bytes: Cited[float]
+    memory_reported_bytes: Cited[float] | None = None
     hbm_bandwidth_bytes_per_s: Cited[float]
     peak_bf16_flops_per_s: Cited[float]
     peak_fp8_flops_per_s: Cited[float | None]
@@ -133,6 +139,25 @@ class ModelProfile(_Physical):
         return self
 
 
+class EfficiencyScales(_Physical):
+    """How an engine's kernels fare on one GPU family against the GPU profile's measured fractions.
+
+    Each scale multiplies one fraction of the GPU profile (the product is capped at 1):
+    ``gemm_compute_scale`` and ``gemm_memory_scale`` the dense GEMMs' compute and memory efficiency,
+    ``prefill_attention_scale`` and ``decode_attention_scale`` attention's, ``elementwise_scale`` the
+    memory-bound element-wise kernels', ``moe_scale`` both efficiencies of the routed experts' grouped
+    GEMMs, ``comm_scale`` the interconnect efficiency of all-reduces. Absent: 1.
+    """
+
+    gemm_compute_scale: Cited[float] | None = None
+    gemm_memory_scale: Cited[float] | None = None
+    prefill_attention_scale: Cited[float] | None = None
+    decode_attention_scale: Cited[float] | None = None
+    elementwise_scale: Cited[float] | None = None
+    moe_scale: Cited[float] | None = None
+    comm_scale: Cited[float] | None = None
+
+
 class EngineSchedulerDefaults(StrictModel):
     """An engine's defaults for the scenario's ``scheduler`` section."""
 
@@ -147,6 +172,7 @@ class EngineKVDefaults(StrictModel):
     prefix_caching: Cited[bool] | None = None
     watermark_frac: Cited[float] | None = None
     block_size_tokens: Cited[int] | None = None
+    gpu_memory_frac: Cited[float] | None = None
 
 
 class EngineProfile(_Physical):
@@ -160,7 +186,16 @@ class EngineProfile(_Physical):
     latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency.
     ``cuda_graph_mixed_steps``: CUDA graphs also cover steps with prompt tokens, up to
     ``cuda_graph_max_seqs`` tokens in all (piecewise graphs, vLLM V1); otherwise only pure-decode
-    steps of up to that many sequences replay a graph. ``scheduler`` and ``kv``: the engine's
+    steps of up to that many sequences replay a graph. ``kv_memory_rule``: how the engine sizes its
+    KV cache from the memory the GPU reports (``memory_reported_bytes``) with ``f`` the scenario's
+    ``kv.gpu_memory_frac`` (the engine's default unless set): ``of_total`` (vLLM:
+    ``f x total - weights - activation peak - runtime``), ``static`` (SGLang's
+    ``mem_fraction_static``: ``f x total - weights``, activations outside), ``of_free`` (TensorRT-LLM's
+    ``free_gpu_memory_fraction``: ``f x (total - weights - activations - runtime)``); ``runtime_memory_bytes``
+    is what the engine holds outside tensors (CUDA context growth, cuBLAS workspaces), plus
+    ``runtime_memory_tp_bytes`` with tensor parallelism (NCCL and custom all-reduce buffers).
+    ``efficiency``: by GPU family, how this engine's kernels scale the GPU profile's measured
+    efficiencies (:class:`EfficiencyScales`). ``scheduler`` and ``kv``: the engine's
     defaults for the scenario sections of those names, used where the scenario leaves a field unset
     (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -176,6 +211,10 @@ class EngineProfile(_Physical):
     cuda_graph_mixed_steps: Cited[bool] | None = None
     host_overlap_frac: Cited[float] | None = None
     all_reduce_latency_s: Cited[float] | None = None
+    kv_memory_rule: Cited[KVMemoryRule] | None = None
+    runtime_memory_bytes: Cited[float] | None = None
+    runtime_memory_tp_bytes: Cited[float] | None = None
+    efficiency: dict[GpuFamily, EfficiencyScales] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None

@@ -133,7 +133,7 @@ def elementwise_work(num_tokens: int, model: ModelShape, tensor_parallel: int, m
 
 def embedding_work(num_tokens: int, model: ModelShape) -> Work:
     """Gather one embedding row per token and write it (vocab-parallel: rows live on one GPU each)."""
-    row = model.hidden_size * (model.weight_bytes_per_param + model.activation_bytes_per_element)
+    row = model.hidden_size * (model.embedding_bytes_per_param + model.activation_bytes_per_element)
     return Work(0.0, num_tokens * row, 1)
 
 

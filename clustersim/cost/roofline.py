@@ -124,9 +124,11 @@ def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
 
 
 def _grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
-    """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched."""
-    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac)
-    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched, at the
+    engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs')."""
+    scale = gpu.moe_efficiency_scale
+    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
     return _Timed(
         work.flops,
@@ -138,7 +140,8 @@ def _grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
 
 
 def _memory_bound_time(work: Work, gpu: GpuSpec) -> _Timed:
-    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    efficiency = gpu.elementwise_memory_efficiency_frac or gpu.memory_efficiency_frac
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * efficiency)
     return _Timed(work.flops, work.bytes, work.num_kernels * gpu.elementwise_kernel_latency_s + memory_s, 0.0, memory_s)
 
 
@@ -248,7 +251,7 @@ def price_step(
         ]
         ops.append(_merge("elementwise", elementwise, "memory"))
         ops.append(_kernels("embedding", [_memory_bound_time(embedding_work(tokens, model), gpu)], 1, "memory"))
-        head = gemm_time(lm_head_gemm(batch.num_seqs, model, tp), model, gpu)
+        head = gemm_time(lm_head_gemm(batch.num_seqs, model, tp), model.head_shape(), gpu)
         logits = lm_head_logits_bytes(batch.num_seqs, model, tp)
         logits_s = logits / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
         ops.append(

@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from numpy.typing import NDArray
+
+from clustersim.validation.published import saturated_tokens_per_s
 
 # corpus metric -> (summary block, statistic); the throughputs are computed from requests.parquet
 LATENCY_METRICS: dict[str, tuple[str, str]] = {
@@ -32,27 +36,66 @@ LATENCY_METRICS: dict[str, tuple[str, str]] = {
 THROUGHPUT_METRICS = ("output_tok_per_s", "total_tok_per_s", "req_per_s")
 
 
-def measure_run(run_dir: Path) -> dict[str, float]:
-    """Every corpus metric of the run in ``run_dir`` (throughputs for the whole deployment, latencies in ms)."""
+def measure_run(run_dir: Path, steady: bool = False) -> dict[str, float]:
+    """Every corpus metric of the run in ``run_dir`` (throughputs for the whole deployment, latencies in ms).
+
+    ``steady``: the run is a shortened copy of a much longer benchmark (MLPerf's ten minutes, a
+    30,000-request ``trtllm-bench``), so throughputs are its steady state: for Poisson arrivals the
+    output tokens of requests completing from the middle of the arrival span to its end, per second
+    (MLPerf's completed tokens per second); for queued requests the rate while the queue was never
+    empty (:func:`clustersim.validation.published.saturated_tokens_per_s`). Latencies are then the
+    summary's over its ``metrics`` window.
+    """
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    requests = pq.read_table(run_dir / "requests.parquet", columns=["status", "prompt_tokens", "num_emitted_tokens",
-                                                                     "finished_at_s"])
+    columns = ["status", "prompt_tokens", "num_emitted_tokens", "arrival_at_s", "finished_at_s", "replica",
+               "first_scheduled_at_s"]  # fmt: skip
+    requests = pq.read_table(run_dir / "requests.parquet", columns=columns)
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
     measured: dict[str, float] = {}
     if done.num_rows:
-        finished = np.asarray(done.column("finished_at_s").to_numpy(zero_copy_only=False), dtype=np.float64)
-        duration_s = float(finished.max())
-        output = float(pc.sum(done.column("num_emitted_tokens")).as_py() or 0)
-        prompt = float(pc.sum(done.column("prompt_tokens")).as_py() or 0)
-        if duration_s > 0:
-            measured["output_tok_per_s"] = output / duration_s
-            measured["total_tok_per_s"] = (output + prompt) / duration_s
-            measured["req_per_s"] = done.num_rows / duration_s
+        measured.update(_throughputs(run_dir, requests, done, steady))
     for metric, (block, stat) in LATENCY_METRICS.items():
         value = (summary.get(block) or {}).get(stat)
         if isinstance(value, int | float):
             measured[metric] = 1e3 * float(value)
     return measured
+
+
+def _column(table: pa.Table, name: str) -> NDArray[np.float64]:
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _throughputs(run_dir: Path, requests: pa.Table, done: pa.Table, steady: bool) -> dict[str, float]:
+    finished = _column(done, "finished_at_s")
+    output, prompt = _column(done, "num_emitted_tokens"), _column(done, "prompt_tokens")
+    if not steady:
+        duration_s = float(finished.max())
+        if duration_s <= 0:
+            return {}
+        return {
+            "output_tok_per_s": float(output.sum()) / duration_s,
+            "total_tok_per_s": float(output.sum() + prompt.sum()) / duration_s,
+            "req_per_s": done.num_rows / duration_s,
+        }
+    arrivals = np.sort(_column(requests, "arrival_at_s"))
+    if float(arrivals[-1] - arrivals[0]) > 1e-3:  # Poisson arrivals: completions over the second half
+        start_s, end_s = float(arrivals[len(arrivals) // 2]), float(arrivals[-1])
+        inside = (finished >= start_s) & (finished <= end_s)
+        span_s = end_s - start_s
+        return {
+            "output_tok_per_s": float(output[inside].sum()) / span_s,
+            "total_tok_per_s": float(output[inside].sum() + prompt[inside].sum()) / span_s,
+            "req_per_s": int(inside.sum()) / span_s,
+        }
+    steps = pq.read_table(run_dir / "steps.parquet")
+    num_replicas = int(pc.max(requests.column("replica")).as_py() or 0) + 1
+    rate = saturated_tokens_per_s(requests, steps, num_replicas)
+    per_request = float(output.mean())
+    return {
+        "output_tok_per_s": rate,
+        "total_tok_per_s": rate * (per_request + float(prompt.mean())) / per_request,
+        "req_per_s": rate / per_request,
+    }
 
 
 def run_facts(run_dir: Path) -> dict[str, Any]:

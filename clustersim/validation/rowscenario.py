@@ -23,15 +23,20 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from clustersim.architecture import ModelShape
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.profiles import HardwareProfile
+from clustersim.config.profiles import HardwareProfile, ModelProfile
 from clustersim.errors import ConfigError
+from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
 from clustersim.validation.corpus import CorpusRow
 
 ALL_AT_ONCE_RATE_PER_S = 1.0e6  # "infinite" rate: N requests queued within N microseconds
 DEFAULT_NUM_REQUESTS = {"offline": 1000, "batch": 0, "concurrency": 1000, "rate": 1000}
 MIN_REQUESTS_PER_CLIENT = 4
-MAX_SIMULATED_REQUESTS = 6000
+MAX_OFFLINE_REQUESTS = 30000
+MAX_SIMULATED_REQUESTS = 60000
+MIN_STEADY_REQUESTS = 2000
+STEADY_FACTOR = 5.0
 SEED = 0
 
 # engine (as the corpus names it) -> (engine profile, oldest version it models)
@@ -44,8 +49,10 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
 
 @dataclass(frozen=True)
 class LengthShape:
-    """A dataset's length distribution: lognormal with these sigmas, scaled to the row's means."""
+    """A dataset's length distribution at the row's mean lengths: ``lognormal`` with these sigmas (the
+    median set so the mean is the row's), or ``uniform`` from 1 to twice the mean."""
 
+    kind: str
     prompt_sigma: float
     output_sigma: float
     max_prompt_tokens: int
@@ -55,6 +62,7 @@ class LengthShape:
 
 DATASET_SHAPES: dict[str, LengthShape] = {
     "sharegpt": LengthShape(
+        "lognormal",
         1.1,
         0.9,
         1024,
@@ -62,9 +70,27 @@ DATASET_SHAPES: dict[str, LengthShape] = {
         "assumption: ShareGPT is heavy-tailed with many short prompts (vLLM's benchmarks keep prompts <= 1024 "
         "tokens); the same shape as scenarios/published/vllm_ci_h200_l8b_tput.yaml",
     ),
+    "openorca": LengthShape(
+        "lognormal",
+        0.65,
+        0.65,
+        1024,
+        1024,
+        "MLPerf llama2-70b OpenOrca prompts: lognormal sigma 0.65 below 1,024 tokens, fitted to a sample of the "
+        "dataset's per-sample lengths (scenarios/published/mlperf41_*); outputs assumed the same shape",
+    ),
+    "random-uniform": LengthShape(
+        "uniform",
+        0.0,
+        0.0,
+        1 << 20,
+        1 << 20,
+        "sglang.bench_serving --dataset-name random with its default --random-range-ratio 0: each length uniform "
+        "from 1 to the nominal length",
+    ),
 }
 GENERIC_SHAPE = LengthShape(
-    0.7, 0.7, 32768, 8192, "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means"
+    "lognormal", 0.7, 0.7, 32768, 8192, "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means"
 )
 FIXED_DATASETS = ("random", "fixed", "synthetic", "")
 
@@ -77,6 +103,7 @@ class RowScenario:
     mapping: dict[str, Any] | None
     skip_reason: str | None = None
     assumptions: tuple[str, ...] = ()
+    steady: bool = False  # measured in the run's steady state (the run is shorter than the benchmark)
 
 
 def _version(text: str) -> tuple[int, ...] | None:
@@ -144,15 +171,17 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
         return fixed, None, None
     shape = DATASET_SHAPES.get(row.dataset, GENERIC_SHAPE)
 
-    def lognormal(mean: int, sigma: float, cap: int) -> dict[str, Any]:
+    def drawn(mean: int, sigma: float, cap: int) -> dict[str, Any]:
+        if shape.kind == "uniform":
+            return {"kind": "uniform", "min_tokens": 1, "max_tokens": max(1, 2 * mean - 1)}
         median = max(1, round(mean / math.exp(sigma * sigma / 2.0)))
         return {"kind": "lognormal", "median_tokens": median, "sigma": sigma, "min_tokens": 1, "max_tokens": max(cap, 2 * mean)}
 
-    drawn = {
-        "prompt_tokens": lognormal(prompt, shape.prompt_sigma, shape.max_prompt_tokens),
-        "output_tokens": lognormal(output, shape.output_sigma, shape.max_output_tokens),
+    lengths = {
+        "prompt_tokens": drawn(prompt, shape.prompt_sigma, shape.max_prompt_tokens),
+        "output_tokens": drawn(output, shape.output_sigma, shape.max_output_tokens),
     }
-    return drawn, f"{row.dataset} lengths: {shape.source}", None
+    return lengths, f"{row.dataset} lengths: {shape.source}", None
 
 
 def _arrival(row: CorpusRow) -> tuple[dict[str, Any], int]:
@@ -169,13 +198,33 @@ def _arrival(row: CorpusRow) -> tuple[dict[str, Any], int]:
 
 
 def num_requests(row: CorpusRow) -> int:
-    """Requests to simulate: the row's (capped), else the benchmark tool's usual number."""
+    """Requests to simulate: the row's, else the benchmark tool's usual number; a long run (MLPerf's
+    ten minutes, tens of thousands of queued requests) is cut to what reaches its steady state: for a
+    Poisson row, five times the requests in flight by Little's law at the published mean latency."""
     wanted = row.num_requests or DEFAULT_NUM_REQUESTS[row.load_kind]
     if row.load_kind == "batch":
-        wanted = round(row.load or 1)
+        return round(row.load or 1)
     if row.load_kind == "concurrency" and row.num_requests is None:
         wanted = max(wanted, MIN_REQUESTS_PER_CLIENT * round(row.load or 1))
-    return min(wanted, MAX_SIMULATED_REQUESTS)
+    e2e_ms = row.metrics.get("e2e_mean_ms") or row.metrics.get("e2e_p50_ms")
+    if row.load_kind == "rate" and row.load is not None and math.isfinite(row.load) and e2e_ms is not None:
+        in_flight = row.load * e2e_ms / 1e3
+        return min(wanted, max(MIN_STEADY_REQUESTS, math.ceil(STEADY_FACTOR * in_flight)), MAX_SIMULATED_REQUESTS)
+    return min(wanted, MAX_OFFLINE_REQUESTS)
+
+
+def steady_window(row: CorpusRow, simulated: int) -> bool:
+    """Whether the run is shorter than the benchmark, so its figures are measured in its steady state
+    (the benchmark's own ramp-up and drain are a negligible part of its much longer run)."""
+    return row.num_requests is not None and simulated < row.num_requests and row.load_kind in ("rate", "offline")
+
+
+def _trtllm_bench(row: CorpusRow, profile: ModelProfile, hardware: HardwareProfile, precision: str | None) -> BenchSettings:
+    """The batch limits ``trtllm-bench throughput`` picks for the row's model, GPUs and lengths."""
+    model = ModelShape.from_profile(profile, precision, row.kv_precision)  # type: ignore[arg-type]
+    reported = hardware.memory_reported_bytes
+    memory = reported.value if reported is not None else hardware.memory_bytes.value
+    return trtllm_bench_settings(model, memory, row.tp, row.pp, row.prompt_tokens or 1, row.output_tokens or 1)
 
 
 def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
@@ -225,15 +274,32 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         scheduler["max_num_batched_tokens"] = row.max_num_batched_tokens
     if together > 1:
         scheduler["max_num_seqs"] = max(together, scheduler.get("max_num_seqs", 0))
+    assumed: list[str] = [assumption] if assumption else []
+    budget = scheduler.get("max_num_batched_tokens")
+    if budget is not None and scheduler.get("max_num_seqs", 0) > budget:  # a step holds one token per sequence
+        assumed.append(f"max_num_seqs {scheduler['max_num_seqs']} > max_num_batched_tokens {budget}: at most {budget} run")
+        scheduler["max_num_seqs"] = budget
+    kv: dict[str, Any] = {}
+    if row.engine == "trtllm" and row.load_kind == "offline" and not scheduler:
+        bench = _trtllm_bench(row, catalogue.model(model), hardware, precision)
+        scheduler = {"max_num_seqs": bench.max_num_seqs, "max_num_batched_tokens": bench.max_num_batched_tokens}
+        if bench.max_num_batched_tokens < (row.prompt_tokens or 0):
+            scheduler["policy"] = "trtllm_no_evict_chunked"
+        kv["gpu_memory_frac"] = TRTLLM_BENCH_KV_FRAC
+    simulated = num_requests(row)
     mapping: dict[str, Any] = {
         "name": row.row_id,
         "description": f"{row.setting()} [{row.source_url} {row.source_where}]",
         "seed": SEED,
         "workload": {"tenants": [{"name": "benchmark", "arrival": arrival, **lengths}]},
         "cluster": cluster,
-        "stop": {"max_requests": num_requests(row)},
+        "stop": {"max_requests": simulated},
     }
+    steady = steady_window(row, simulated)
+    if steady and row.load_kind == "rate":  # latencies of requests arriving in the run's steady state
+        mapping["metrics"] = {"warmup_requests": simulated // 2, "cooldown_requests": simulated // 10}
     if scheduler:
         mapping["scheduler"] = scheduler
-    assumptions = (assumption,) if assumption else ()
-    return RowScenario(row, mapping, None, assumptions)
+    if kv:
+        mapping["kv"] = kv
+    return RowScenario(row, mapping, None, tuple(assumed), steady)

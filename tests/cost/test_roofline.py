@@ -142,7 +142,8 @@ def test_decode_attention_latency_and_occupancy():
 
 def test_fp8_weights_and_kv_halve_bytes_and_use_fp8_peak():
     fp8 = TOY.with_precision("fp8", "fp8")
-    assert fp8.weight_bytes() == TOY.weight_bytes() / 2
+    embedding = TOY.embedding_params()  # the embedding and LM head stay 16-bit
+    assert fp8.weight_bytes() == (TOY.num_params() - embedding) * 1 + embedding * 2
     assert fp8.kv_bytes_per_token() == TOY.kv_bytes_per_token() / 2
     attention = price_step(DECODE_1, fp8, GPU, 1).op("attention_decode")
     assert attention.bytes == (10 * 8 + 32) * 2  # KV in 1 byte, q/output vectors stay 16-bit
