@@ -279,6 +279,8 @@ class EngineSpec:
     kv_memory_rule: KVMemoryRule = "static"  # how the KV cache is sized (EngineProfile.kv_memory_rule)
     runtime_memory_bytes: float = 0.0
     runtime_memory_tp_bytes: float = 0.0
+    frontend_per_request_s: float = 0.0  # the HTTP front end's work per request (EngineProfile)
+    frontend_per_output_token_s: float = 0.0
 
     @classmethod
     def from_profile(cls, engine: EngineProfile) -> EngineSpec:
@@ -298,6 +300,8 @@ class EngineSpec:
             kv_memory_rule=engine.kv_memory_rule.value if engine.kv_memory_rule is not None else "static",
             runtime_memory_bytes=opt(engine.runtime_memory_bytes),
             runtime_memory_tp_bytes=opt(engine.runtime_memory_tp_bytes),
+            frontend_per_request_s=opt(engine.frontend_per_request_s),
+            frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
         )
 
 

@@ -18,6 +18,7 @@ from clustersim.config.scenario import Scenario
 from clustersim.disagg import Endpoint, KVTransfers
 from clustersim.eventlog import RunLog
 from clustersim.faults import FaultInjector
+from clustersim.frontend import FrontEnd
 from clustersim.lifecycle import Lifecycle, Slot
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.core import Core
@@ -147,6 +148,19 @@ def pools_move_apart(lifecycle: Lifecycle, transfers: KVTransfers) -> None:
     transfers.released = lifecycle.let_go
 
 
+def make_frontends(plan: RunPlan, clock: Clock) -> list[FrontEnd] | None:
+    """Each replica's HTTP front end (:mod:`clustersim.frontend`), or None when no request passes one
+    (``cluster.frontend: false``, engines without front-end costs, or the ``unit`` cost model, which
+    prices no engine at all)."""
+    if not plan.scenario.cluster.frontend or plan.scenario.cost.kind == "unit":
+        return None
+    frontends = [
+        FrontEnd(clock, g.gpu.engine.frontend_per_request_s, g.gpu.engine.frontend_per_output_token_s)
+        for g in plan.replica_groups()
+    ]
+    return frontends if any(f.active for f in frontends) else None
+
+
 def with_acceptance(scenario: Scenario, dispatch: Callable[[Request], None]) -> Callable[[Request], None]:
     """``dispatch``, first giving each arrival its share of the decode steps when requests differ in
     speculative acceptance rate (:mod:`clustersim.acceptance`); as is otherwise."""
@@ -194,14 +208,20 @@ def simulate(
         log.transfers = transfers.rows
     routed = transfers.prefill_pool if transfers is not None else replicas  # where arrivals go
 
+    frontends = make_frontends(plan, clock)
+
     def dispatch(request: Request) -> None:
-        routed[router.choose(request, routed)].enqueue(request)
+        replica = routed[router.choose(request, routed)]
+        if frontends is None:
+            replica.enqueue(request)
+        else:
+            frontends[replica.core.spec.index].submit(request, replica.enqueue)
 
     def reject(request: Request, reason: str) -> None:
         request.status, request.reject_reason = "rejected", reason
         on_final(request)
 
-    def dispatch_up(request: Request) -> None:  # with a lifecycle: among the replicas up now
+    def dispatch_up(request: Request, fresh: bool = False) -> None:  # with a lifecycle: among the replicas up now
         assert lifecycle is not None
         if transfers is not None and request.remote_kv == AWAITING_PULL:  # its KV cache waits at its prefill
             transfers.hand_on_again(request)  # replica, and the decode replica that held it failed
@@ -210,10 +230,20 @@ def simulate(
         if transfers is not None:
             up = [r for r in up if r.core.spec.role == "prefill"]
             request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0  # a KV cache that had landed is lost
-        if up:
+        if up and fresh and frontends is not None:  # a new arrival passes its replica's front end first
+            replica = up[router.choose(request, up)]
+            frontends[replica.core.spec.index].submit(request, lambda r: delivered_up(replica, r))
+        elif up:
             up[router.choose(request, up)].enqueue(request)
         else:
             reject(request, "no replica was up" if transfers is None else "no prefill replica was up")
+
+    def delivered_up(replica: Replica, request: Request) -> None:  # out of the front end: still up?
+        assert lifecycle is not None
+        if replica in lifecycle.up:
+            replica.enqueue(request)
+        else:
+            dispatch_up(request)
 
     def make_wired(index: int) -> Core:  # a fresh core after a failure takes part in the hand-overs too
         core = make(index)
@@ -222,7 +252,7 @@ def simulate(
         return core
 
     moving = scenario.moves_replicas
-    arrive = with_acceptance(scenario, dispatch_up if moving else dispatch)
+    arrive = with_acceptance(scenario, functools.partial(dispatch_up, fresh=True) if moving else dispatch)
     traffic = start_traffic(plan, clock, workload_data, window, arrive, completions)
     if transfers is not None:
         transfers.reject = reject

@@ -195,7 +195,10 @@ class EngineProfile(_Physical):
     is what the engine holds outside tensors (CUDA context growth, cuBLAS workspaces), plus
     ``runtime_memory_tp_bytes`` with tensor parallelism (NCCL and custom all-reduce buffers).
     ``efficiency``: by GPU family, how this engine's kernels scale the GPU profile's measured
-    efficiencies (:class:`EfficiencyScales`). ``scheduler`` and ``kv``: the engine's
+    efficiencies (:class:`EfficiencyScales`). ``frontend_per_request_s`` and
+    ``frontend_per_output_token_s``: the work of the HTTP front end (API server: parsing,
+    tokenizing, streaming and detokenizing) per request and per output token, done one request at a
+    time beside the engine loop (:mod:`clustersim.frontend`). ``scheduler`` and ``kv``: the engine's
     defaults for the scenario sections of those names, used where the scenario leaves a field unset
     (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -215,6 +218,8 @@ class EngineProfile(_Physical):
     runtime_memory_bytes: Cited[float] | None = None
     runtime_memory_tp_bytes: Cited[float] | None = None
     efficiency: dict[GpuFamily, EfficiencyScales] | None = None
+    frontend_per_request_s: Cited[float] | None = None
+    frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None

@@ -76,6 +76,10 @@ class Cluster(StrictModel):
     published, a 16-bit KV cache); FP8/FP4 weights also run GEMMs at the GPU's FP8/FP4 peak.
     ``groups`` makes a heterogeneous cluster (e.g. some H100 TP1 and some A100 TP2 replicas): each
     group's unset fields take the cluster-level values, and ``num_replicas`` is their total.
+    ``frontend``: requests reach each replica through its engine's HTTP front end (the API server
+    that parses, tokenizes and streams back, one request at a time: the engine profile's
+    ``frontend_*`` costs); ``false``: through the engine's offline API, with no such cost (nor with
+    ``cost: {kind: unit}``, which prices no engine).
     """
 
     num_replicas: PositiveInt = 1
@@ -87,6 +91,7 @@ class Cluster(StrictModel):
     weight_precision: WeightPrecision | None = None
     kv_cache_precision: KVPrecision | None = None
     groups: tuple[ReplicaGroup, ...] = ()
+    frontend: bool = True
 
     @model_validator(mode="after")
     def _groups_count(self) -> Cluster:

@@ -262,6 +262,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         "tensor_parallel": row.tp,
         "pipeline_parallel": row.pp,
         "engine": engine[0],
+        "frontend": row.load_kind in ("concurrency", "rate"),  # served over HTTP; offline runs call the engine
     }
     if precision is not None:
         cluster["weight_precision"] = precision

@@ -45,7 +45,10 @@ def test_example_runs_and_is_marked(name, tmp_path):
     counts = summary["num_requests"]
     assert 250 <= counts["arrived"] <= 300  # mooncake-affinity's trace has 257 requests
     assert counts["completed"] + counts["unfinished"] == counts["arrived"]
-    assert len(set(requests["replica"].tolist())) == summary["replicas"]["per_replica"][-1]["replica"] + 1
+    num_replicas = summary["replicas"]["per_replica"][-1]["replica"] + 1
+    used = set(requests["replica"].tolist())
+    assert used <= set(range(num_replicas))
+    assert len(used) > num_replicas // 2  # the router spreads the first 300 requests
 
 
 def test_staged_ramp_is_silent_in_its_last_stage(tmp_path):

@@ -1,0 +1,56 @@
+"""An engine's HTTP front end before one replica: its API server, one request at a time.
+
+A served request is parsed and tokenized before the engine sees it, and its tokens are detokenized
+and streamed back as they come. vLLM's OpenAI server does this in one process, beside the engine
+core (its tokenizer is a single-thread executor, vLLM issue #25301), so requests queue there when
+they come faster than it handles them. The front end is a single first-come-first-served server:
+a request arriving at ``t`` starts at ``max(t, free)``, reaches the replica's queue
+``per_request_s`` later, and keeps the server busy for ``per_output_token_s`` per output token
+after that (the streaming work, counted at admission: the server's busy time is exact, when within
+the request's life it is spent is not). Deliveries are timers at arrival priority, so they
+interleave with arrivals at one instant in scheduling order, in both modes alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simpy.events import Event
+
+from clustersim.clock import Clock
+from clustersim.workload.request import Request
+
+ARRIVAL_PRIORITY = 1  # SimPy's NORMAL: the priority arrivals have
+
+
+class FrontEnd:
+    """The API server of one replica (a single server; no work when both costs are 0)."""
+
+    def __init__(self, clock: Clock, per_request_s: float, per_output_token_s: float) -> None:
+        self.clock = clock
+        self.per_request_s = per_request_s
+        self.per_output_token_s = per_output_token_s
+        self.free_at_s = 0.0
+        self.busy_s = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.per_request_s > 0.0 or self.per_output_token_s > 0.0
+
+    def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
+        """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
+        now = self.clock.now
+        start_s = max(now, self.free_at_s)
+        ready_s = start_s + self.per_request_s
+        work_s = self.per_request_s + self.per_output_token_s * request.output_tokens
+        self.free_at_s = start_s + work_s
+        self.busy_s += work_s
+        if ready_s == now:
+            deliver(request)
+            return
+        timer = self.clock.timer_at(ready_s, ARRIVAL_PRIORITY)
+
+        def handed(_: Event) -> None:
+            deliver(request)
+
+        timer.callbacks.append(handed)

@@ -1,0 +1,65 @@
+"""The engine's HTTP front end: a single first-come-first-served server before each replica."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import read_requests
+
+from clustersim.config.catalogue import Catalogue
+
+# one replica of the roofline model (steps of milliseconds); the engine profile adds a front end
+REQUESTS = [
+    {"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 3},
+    {"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 2},
+    {"arrival_at_s": 10.0, "prompt_tokens": 4, "output_tokens": 1},
+]
+
+
+def scenario(engine: str, frontend: bool = True) -> dict:
+    return {
+        "name": "frontend",
+        "seed": 1,
+        "workload": {"tenants": [{"name": "t", "arrival": {"kind": "explicit", "requests": REQUESTS}}]},
+        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "engine": engine, "frontend": frontend},
+        "scheduler": {"policy": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 64},
+        "kv": {"prefix_caching": False},
+    }
+
+
+@pytest.fixture
+def engine_file(tmp_path):
+    engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
+    engine["name"] = "with-frontend"
+    engine["aliases"] = []
+    engine["frontend_per_request_s"] = {"value": 0.5, "source": "test: 0.5 s per request"}
+    engine["frontend_per_output_token_s"] = {"value": 0.25, "source": "test: 0.25 s per output token"}
+    path = tmp_path / "with-frontend.yaml"
+    path.write_text(yaml.safe_dump(engine))
+    return path.name
+
+
+def test_requests_queue_at_the_front_end_one_at_a_time(run_mapping, engine_file):
+    rows = read_requests(run_mapping(scenario(engine_file)))
+    # request 0: 0 -> 0.5 s, then 3 tokens x 0.25 s keep the server busy to 1.25 s
+    # request 1: starts at 1.25 s, reaches the replica at 1.75 s (server busy to 2.25 s)
+    # request 2: arrives at 10 s to an idle server, reaches the replica at 10.5 s
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.75, 10.5])
+    # the replica finished request 0 within milliseconds and is idle when each request reaches it
+    assert [r["arrival_at_s"] for r in rows] == [0.0, 0.0, 10.0]  # TTFT counts from the client's send
+
+
+def test_no_front_end_offline(run_mapping, engine_file):
+    rows = read_requests(run_mapping(scenario(engine_file, frontend=False)))
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.0, 0.0, 10.0])
+
+
+def test_unit_cost_has_no_front_end(run_mapping, engine_file):
+    rows = read_requests(run_mapping({**scenario(engine_file), "cost": {"kind": "unit", "step_time_s": 1.0}}))
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.0, 0.0, 10.0])
+
+
+def test_both_modes_agree(run_mapping, engine_file):
+    fast = scenario(engine_file)
+    step = {**fast, "simulation": {"fast_forward": False}}
+    assert read_requests(run_mapping(fast)) == read_requests(run_mapping(step))
