@@ -279,6 +279,7 @@ class EngineSpec:
     kv_memory_rule: KVMemoryRule = "static"  # how the KV cache is sized (EngineProfile.kv_memory_rule)
     runtime_memory_bytes: float = 0.0
     runtime_memory_tp_bytes: float = 0.0
+    cuda_graph_pad_tokens: int = 1  # graphed steps run at 1, 2, 4, then multiples of this (1: no padding)
     frontend_per_request_s: float = 0.0  # the HTTP front end's work per request (EngineProfile)
     frontend_per_output_token_s: float = 0.0
 
@@ -300,6 +301,7 @@ class EngineSpec:
             kv_memory_rule=engine.kv_memory_rule.value if engine.kv_memory_rule is not None else "static",
             runtime_memory_bytes=opt(engine.runtime_memory_bytes),
             runtime_memory_tp_bytes=opt(engine.runtime_memory_tp_bytes),
+            cuda_graph_pad_tokens=max(1, int(opt(engine.cuda_graph_pad_tokens) or 1)),
             frontend_per_request_s=opt(engine.frontend_per_request_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
         )

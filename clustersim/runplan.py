@@ -219,6 +219,8 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
     model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
     gpu = GpuSpec.from_profiles(hardware, engine)
+    if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
+        gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     if model.num_attention_heads % tp:
         raise ConfigError(

@@ -186,7 +186,8 @@ class EngineProfile(_Physical):
     latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency.
     ``cuda_graph_mixed_steps``: CUDA graphs also cover steps with prompt tokens, up to
     ``cuda_graph_max_seqs`` tokens in all (piecewise graphs, vLLM V1); otherwise only pure-decode
-    steps of up to that many sequences replay a graph. ``kv_memory_rule``: how the engine sizes its
+    steps of up to that many sequences replay a graph; a replayed graph computes the step padded to
+    the next captured size (1, 2, 4, then multiples of ``cuda_graph_pad_tokens``). ``kv_memory_rule``: how the engine sizes its
     KV cache from the memory the GPU reports (``memory_reported_bytes``) with ``f`` the scenario's
     ``kv.gpu_memory_frac`` (the engine's default unless set): ``of_total`` (vLLM:
     ``f x total - weights - activation peak - runtime``), ``static`` (SGLang's
@@ -210,6 +211,7 @@ class EngineProfile(_Physical):
     launch_overhead_per_layer_eager_s: Cited[float] | None = None
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None
+    cuda_graph_pad_tokens: Cited[int] | None = None
     sampling_per_seq_s: Cited[float] | None = None
     cuda_graph_mixed_steps: Cited[bool] | None = None
     host_overlap_frac: Cited[float] | None = None

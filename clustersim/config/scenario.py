@@ -79,7 +79,8 @@ class Cluster(StrictModel):
     ``frontend``: requests reach each replica through its engine's HTTP front end (the API server
     that parses, tokenizes and streams back, one request at a time: the engine profile's
     ``frontend_*`` costs); ``false``: through the engine's offline API, with no such cost (nor with
-    ``cost: {kind: unit}``, which prices no engine).
+    ``cost: {kind: unit}``, which prices no engine). ``cuda_graphs: false``: the engine launches every
+    kernel eagerly (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``).
     """
 
     num_replicas: PositiveInt = 1
@@ -92,6 +93,7 @@ class Cluster(StrictModel):
     kv_cache_precision: KVPrecision | None = None
     groups: tuple[ReplicaGroup, ...] = ()
     frontend: bool = True
+    cuda_graphs: bool = True
 
     @model_validator(mode="after")
     def _groups_count(self) -> Cluster:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from clustersim.architecture import GpuSpec, ModelShape
@@ -195,6 +195,26 @@ def send_recv_time_s(message_bytes: float, gpu: GpuSpec) -> float:
     return gpu.interconnect_latency_s + message_bytes / bandwidth
 
 
+def graphed(batch: StepBatch, gpu: GpuSpec) -> bool:
+    """Whether the step replays a captured CUDA graph: pure-decode steps of at most
+    ``cuda_graph_max_seqs`` sequences, or with piecewise graphs any step of at most that many tokens."""
+    engine = gpu.engine
+    if engine.cuda_graph_mixed_steps:  # piecewise graphs, keyed by the step's tokens
+        return 0 < batch.num_tokens <= engine.cuda_graph_max_seqs
+    return not batch.prefill_new_tokens and 0 < batch.num_decode_seqs <= engine.cuda_graph_max_seqs
+
+
+def padded_tokens(batch: StepBatch, gpu: GpuSpec) -> int:
+    """The tokens a graphed step computes: its tokens rounded up to the next captured size (1, 2, 4,
+    then multiples of ``cuda_graph_pad_tokens``); the step's own tokens when it is not graphed."""
+    tokens, multiple = batch.num_tokens, gpu.engine.cuda_graph_pad_tokens
+    if multiple <= 1 or tokens == 0 or not graphed(batch, gpu):
+        return tokens
+    if tokens <= 4:
+        return 1 << (tokens - 1).bit_length()
+    return -(-tokens // multiple) * multiple
+
+
 def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> float:
     """CPU and launch time the engine adds to a step.
 
@@ -203,11 +223,7 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     launch every kernel eagerly. Every sequence samples one token.
     """
     engine = gpu.engine
-    if engine.cuda_graph_mixed_steps:  # piecewise graphs, keyed by the step's tokens
-        graphed = 0 < batch.num_tokens <= engine.cuda_graph_max_seqs
-    else:
-        graphed = not batch.prefill_new_tokens and 0 < batch.num_decode_seqs <= engine.cuda_graph_max_seqs
-    launch_s = engine.launch_overhead_per_layer_graph_s if graphed else engine.launch_overhead_per_layer_eager_s
+    launch_s = engine.launch_overhead_per_layer_graph_s if graphed(batch, gpu) else engine.launch_overhead_per_layer_eager_s
     return (
         gpu.step_overhead_s
         + batch.num_seqs * (engine.per_seq_overhead_s + engine.sampling_per_seq_s)
@@ -222,7 +238,8 @@ def price_step(
     tp, pp = tensor_parallel, pipeline_parallel
     layers = model.num_layers
     ops: list[OpCost] = []
-    tokens = batch.num_tokens
+    tokens = padded_tokens(batch, gpu)  # a graphed step computes its padded size
+    head_seqs = batch.num_seqs + (tokens - batch.num_tokens if not batch.prefill_new_tokens else 0)
     if tokens > 0:
         attention = [gemm_time(g, model, gpu) for g in attention_gemms(tokens, model, tp)]
         dense_mlp = [gemm_time(g, model, gpu) for g in mlp_gemms(tokens, model.intermediate_size, model, tp)]
@@ -251,8 +268,8 @@ def price_step(
         ]
         ops.append(_merge("elementwise", elementwise, "memory"))
         ops.append(_kernels("embedding", [_memory_bound_time(embedding_work(tokens, model), gpu)], 1, "memory"))
-        head = gemm_time(lm_head_gemm(batch.num_seqs, model, tp), model.head_shape(), gpu)
-        logits = lm_head_logits_bytes(batch.num_seqs, model, tp)
+        head = gemm_time(lm_head_gemm(head_seqs, model, tp), model.head_shape(), gpu)
+        logits = lm_head_logits_bytes(head_seqs, model, tp)
         logits_s = logits / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
         ops.append(
             _kernels(
@@ -337,18 +354,28 @@ class RooflineCostModel:
             self._one_prompt_attention_s[key] = time_s
         return time_s
 
+    def _unpadded(self) -> GpuSpec:
+        """The GPU without CUDA-graph padding: for pricing a size already padded."""
+        return replace(self.gpu, engine=replace(self.gpu.engine, cuda_graph_pad_tokens=1))
+
     def step_duration_s(self, batch: StepBatch) -> float:
-        tokens = batch.num_tokens
-        if tokens == 0:
+        if batch.num_tokens == 0:
             return self.price(batch).duration_s
+        tokens = padded_tokens(batch, self.gpu)
         token_ops_s = self._token_ops_s.get(tokens)
-        if token_ops_s is None:
-            priced = self.price(StepBatch(prefill_new_tokens=(tokens,), prefill_context_tokens=(0,)))
+        if token_ops_s is None:  # the padded size, priced as is
+            priced = price_step(
+                StepBatch(prefill_new_tokens=(tokens,), prefill_context_tokens=(0,)),
+                self.model, self._unpadded(), self.tensor_parallel, self.pipeline_parallel,
+            )  # fmt: skip
             token_ops_s = self._token_ops_s[tokens] = sum(op.time_s for op in priced.ops if op.name in _TOKEN_OPS)
-        num_seqs = batch.num_seqs
+        num_seqs = batch.num_seqs + (tokens - batch.num_tokens if not batch.prefill_new_tokens else 0)
         lm_head_s = self._lm_head_s.get(num_seqs)
         if lm_head_s is None:
-            priced = self.price(StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=num_seqs))
+            priced = price_step(
+                StepBatch(num_decode_seqs=num_seqs, decode_context_tokens=num_seqs),
+                self.model, self._unpadded(), self.tensor_parallel, self.pipeline_parallel,
+            )  # fmt: skip
             lm_head_s = self._lm_head_s[num_seqs] = priced.op("lm_head").time_s
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
         overlap = gpu.engine.host_overlap_frac

@@ -50,6 +50,8 @@ SETTING_COLUMNS: tuple[str, ...] = (
     "num_requests",
     "max_num_seqs",
     "max_num_batched_tokens",
+    "gpu_memory_frac",
+    "features",
 )
 # published metrics: throughputs of the whole deployment, latencies in milliseconds
 METRIC_COLUMNS: tuple[str, ...] = (
@@ -73,6 +75,15 @@ COLUMNS: tuple[str, ...] = (*SETTING_COLUMNS, *METRIC_COLUMNS, "notes")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4", "int8")
 KV_PRECISIONS = ("bf16", "fp16", "fp8")
 REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kind")
+# what a row's deployment did beyond its columns (``features``, separated by ``;``)
+FEATURES = {
+    "dp_attention": "attention data-parallel across the GPUs with expert-parallel or TP MoE (SGLang/TRT-LLM DP attention)",
+    "disaggregated": "prefill and decode on separate instances",
+    "eager": "no CUDA graphs (--enforce-eager, --disable-cuda-graph)",
+    "spec_decode": "speculative decoding (draft model, EAGLE, MTP, n-gram)",
+    "prefix_cache_hits": "prompts repeat, so the prefix cache serves part of them",
+    "multi_node": "the deployment spans nodes",
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,8 @@ class CorpusRow:
     num_requests: int | None
     max_num_seqs: int | None
     max_num_batched_tokens: int | None
+    gpu_memory_frac: float | None = None
+    features: frozenset[str] = frozenset()
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -185,6 +198,21 @@ def _choice(text: str, column: str, where: str, choices: Sequence[str]) -> str |
     return text
 
 
+def _fraction(text: str, where: str) -> float | None:
+    value = _real(text, "gpu_memory_frac", where)
+    if value is not None and value > 1:
+        raise ConfigError(where, "gpu_memory_frac", f"{shown_value(text)} must be a fraction in (0, 1]")
+    return value
+
+
+def _features(text: str, where: str) -> frozenset[str]:
+    found = frozenset(f.strip() for f in text.split(";") if f.strip())
+    for name in sorted(found):
+        if name not in FEATURES:
+            raise ConfigError(where, "features", f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {', '.join(FEATURES)}")
+    return found
+
+
 def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     """One row of a corpus file (``raw``: column -> text, stripped)."""
     where = f"{file}:{line}"
@@ -229,6 +257,8 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         num_requests=_integer(raw["num_requests"], "num_requests", where),
         max_num_seqs=_integer(raw["max_num_seqs"], "max_num_seqs", where),
         max_num_batched_tokens=_integer(raw["max_num_batched_tokens"], "max_num_batched_tokens", where),
+        gpu_memory_frac=_fraction(raw["gpu_memory_frac"], where),
+        features=_features(raw["features"], where),
         metrics=metrics,
         notes=raw["notes"],
         file=file,

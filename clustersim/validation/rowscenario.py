@@ -92,6 +92,13 @@ DATASET_SHAPES: dict[str, LengthShape] = {
 GENERIC_SHAPE = LengthShape(
     "lognormal", 0.7, 0.7, 32768, 8192, "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means"
 )
+# deployments the corpus runner does not re-create, and why (the row's features)
+UNMODELLED_FEATURES = {
+    "dp_attention": "data-parallel attention is not modelled",
+    "disaggregated": "the corpus runner does not lay out prefill and decode pools",
+    "spec_decode": "speculative decoding needs the run's acceptance rate, which is not published",
+    "prefix_cache_hits": "the run's repeated prompts (prefix-cache hits) are not published",
+}
 FIXED_DATASETS = ("random", "fixed", "synthetic", "")
 
 
@@ -247,6 +254,9 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         return skip(f"no model profile for {row.model}")
     if row.ep > 1:
         return skip("expert parallelism is not modelled")
+    for feature, reason in UNMODELLED_FEATURES.items():
+        if feature in row.features:
+            return skip(reason)
     precision, reason = _precision(row, hardware)
     if reason is not None:
         return skip(reason)
@@ -263,6 +273,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         "pipeline_parallel": row.pp,
         "engine": engine[0],
         "frontend": row.load_kind in ("concurrency", "rate"),  # served over HTTP; offline runs call the engine
+        "cuda_graphs": "eager" not in row.features,
     }
     if precision is not None:
         cluster["weight_precision"] = precision
@@ -287,6 +298,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         if bench.max_num_batched_tokens < (row.prompt_tokens or 0):
             scheduler["policy"] = "trtllm_no_evict_chunked"
         kv["gpu_memory_frac"] = TRTLLM_BENCH_KV_FRAC
+    if row.gpu_memory_frac is not None:
+        kv["gpu_memory_frac"] = row.gpu_memory_frac
     simulated = num_requests(row)
     mapping: dict[str, Any] = {
         "name": row.row_id,

@@ -13,6 +13,7 @@ from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_byte
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.roofline import (
+    padded_tokens,
     all_reduce_time_s,
     blend_s,
     engine_overhead_s,
@@ -363,3 +364,22 @@ def test_fast_step_duration_equals_full_price(model_name, tp, prefills, num_deco
     expected = cost.price(batch).duration_s
     assert cost.step_duration_s(batch) == pytest.approx(expected, rel=1e-12)
     assert cost.step_duration_s(batch) == pytest.approx(expected, rel=1e-12)  # memoised the second time
+
+
+@pytest.mark.parametrize(("tokens", "padded"), [(1, 1), (3, 4), (4, 4), (5, 8), (9, 16), (16, 16), (17, 24)])
+def test_graphed_decode_steps_run_at_the_next_captured_size(tokens, padded):
+    engine = replace(GPU.engine, cuda_graph_max_seqs=512, cuda_graph_pad_tokens=8)
+    gpu = replace(GPU, engine=engine)
+    decode = StepBatch(num_decode_seqs=tokens, decode_context_tokens=tokens)
+    assert padded_tokens(decode, gpu) == padded
+    # the linear layers compute the padded batch; attention only the real sequences
+    assert price_step(decode, TOY, gpu, 1).op("linear").flops == price_step(
+        StepBatch(num_decode_seqs=padded, decode_context_tokens=padded), TOY, replace(GPU, engine=engine), 1
+    ).op("linear").flops
+    unpadded = replace(GPU, engine=replace(engine, cuda_graph_pad_tokens=1))
+    assert price_step(decode, TOY, gpu, 1).op("attention_decode") == price_step(decode, TOY, unpadded, 1).op(
+        "attention_decode"
+    )
+    # a step too large for a graph is not padded
+    eager = replace(GPU, engine=replace(engine, cuda_graph_max_seqs=2))
+    assert padded_tokens(decode, eager) == (tokens if tokens > 2 else padded)
