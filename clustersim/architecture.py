@@ -280,6 +280,8 @@ class EngineSpec:
     runtime_memory_bytes: float = 0.0
     runtime_memory_tp_bytes: float = 0.0
     cuda_graph_pad_tokens: int = 1  # graphed steps run at 1, 2, 4, then multiples of this (1: no padding)
+    all_reduce_overlap_frac: float = 0.0  # of the all-reduce time, what runs under other kernels
+    step_overhead_per_worker_s: float = 0.0  # host time per step per GPU worker beyond the first
     frontend_per_request_s: float = 0.0  # the HTTP front end's work per request (EngineProfile)
     frontend_per_output_token_s: float = 0.0
 
@@ -302,6 +304,8 @@ class EngineSpec:
             runtime_memory_bytes=opt(engine.runtime_memory_bytes),
             runtime_memory_tp_bytes=opt(engine.runtime_memory_tp_bytes),
             cuda_graph_pad_tokens=max(1, int(opt(engine.cuda_graph_pad_tokens) or 1)),
+            all_reduce_overlap_frac=opt(engine.all_reduce_overlap_frac),
+            step_overhead_per_worker_s=opt(engine.step_overhead_per_worker_s),
             frontend_per_request_s=opt(engine.frontend_per_request_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
         )

@@ -65,6 +65,8 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
         f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
     )
+    for cache in summary.get("kv_cache", [])[:1]:
+        lines.append(_kv_cache_line(cache, len(summary.get("kv_cache", []))))
     if "faults" in summary:
         faults = summary["faults"]
         lines.append(
@@ -127,6 +129,18 @@ def format_summary(summary: dict[str, Any]) -> str:
             verdict = "met" if slo["percentile_met"] else "MISSED"
             lines.append(f"p{slo['percentile']:g} targets {verdict}: {shown}")
     return "\n".join(lines)
+
+
+def _kv_cache_line(cache: dict[str, Any], num_groups: int) -> str:
+    """``KV cache: 447,088 tokens per replica (of 79.2 GiB: 0.9 x; weights 14.96, ...)``: what an engine logs."""
+    line = f"KV cache: {cache['tokens_per_replica']:,} tokens per replica"
+    if "kv_gib_per_gpu" in cache:
+        line += (
+            f" (per GPU, of {cache['gpu_memory_gib']:.1f} GiB x {cache['gpu_memory_frac']:g} by the {cache['rule']} rule: "
+            f"weights {cache['weights_gib_per_gpu']:.2f} GiB, activations {cache['activations_gib_per_gpu']:.2f}, "
+            f"runtime {cache['runtime_gib_per_gpu']:.2f}, KV {cache['kv_gib_per_gpu']:.2f})"
+        )
+    return line + (f"; {num_groups - 1} more replica groups in summary.json" if num_groups > 1 else "")
 
 
 def _count(number: int, noun: str) -> str:

@@ -224,6 +224,32 @@ def measured_requests(out_dir: Path, window: ArrivalWindow, requests: RequestTot
     return Measured(totals, gap_bins_of(out_dir / "itl.parquet", measured_only=True), span_s, block)
 
 
+def kv_cache_summary(plan: RunPlan) -> list[dict[str, Any]]:
+    """Each replica group's KV cache as its engine sizes it, in the figures engines log (vLLM: 'GPU KV
+    cache size: N tokens'; the memory profile's weights, activation peak and memory outside torch)."""
+    gib = 2.0**30
+    groups = []
+    for group in plan.groups:
+        memory = group.kv_memory
+        entry: dict[str, Any] = {
+            "group": group.field_path,
+            "tokens_per_replica": group.num_kv_blocks * plan.scenario.kv.block_size_tokens,
+            "blocks_per_replica": group.num_kv_blocks,
+        }
+        if memory is not None:
+            entry.update(
+                rule=group.gpu.engine.kv_memory_rule,
+                gpu_memory_gib=memory.total_bytes / gib,
+                gpu_memory_frac=plan.scenario.kv.gpu_memory_frac,
+                weights_gib_per_gpu=memory.weight_bytes / gib,
+                activations_gib_per_gpu=memory.activation_bytes / gib,
+                runtime_gib_per_gpu=memory.runtime_bytes / gib,
+                kv_gib_per_gpu=memory.kv_bytes / gib,
+            )
+        groups.append(entry)
+    return groups
+
+
 def summarize_run(
     plan: RunPlan,
     requests: RequestTotals,
@@ -243,6 +269,7 @@ def summarize_run(
         "seed": scenario.seed,
         "clustersim_version": __version__,
         "kv_blocks_per_replica": [group.num_kv_blocks for group in plan.replica_groups()],
+        "kv_cache": kv_cache_summary(plan),
         **summarize(requests, steps, span_s, plan.num_replicas, scenario.slo, plan.tenant_slos, gaps, measured),
         "kv": kv_summary(
             memory, num_preemptions, requests.prefix_hit_rate() if scenario.kv.prefix_caching else None, num_swaps

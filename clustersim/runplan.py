@@ -17,6 +17,7 @@ from pathlib import Path
 
 from clustersim.architecture import (
     GpuSpec,
+    KVMemory,
     ModelShape,
     activation_reserve_bytes,
     engine_kv_memory,
@@ -52,6 +53,7 @@ class GroupPlan:
     kv_bytes_per_token: float  # over all the replica's GPUs
     cost_model: CostModel  # shared by the group's replicas (its memoised prices too)
     role: str = "both"  # both | prefill | decode (disaggregation)
+    kv_memory: KVMemory | None = None  # how one GPU's memory splits, by the engine's rule
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
         gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
     tp, pp = group.tensor_parallel, group.pipeline_parallel
+    if tp * pp > 1 and gpu.engine.step_overhead_per_worker_s:  # the step's inputs go to every worker
+        gpu = dataclasses.replace(gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s)
     if model.num_attention_heads % tp:
         raise ConfigError(
             source,
@@ -238,14 +242,14 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
         )
     spec = scenario.speculative
     found = proposer(spec, model, tp, pp, catalogue, source) if spec is not None else NO_PROPOSER
-    num_blocks = kv_blocks(scenario, model, gpu, tp, pp, source, where_from, found)
+    num_blocks, memory = kv_blocks(scenario, model, gpu, tp, pp, source, where_from, found)
     cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
     if spec is not None:
         pace = spec.max_tokens_per_step(t.name for t in scenario.workload.tenants)
         cost_model = speculative_cost(spec, cost_model, found, gpu, tp, pace)
     kv_bytes_per_token = kv_bytes_per_token_per_gpu(model, tp, pp) * tp * pp
     return GroupPlan(
-        where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model, group.role
+        where_from, group.count, model, gpu, tp, pp, num_blocks, kv_bytes_per_token, cost_model, group.role, memory
     )
 
 
@@ -258,7 +262,7 @@ def kv_blocks(
     source: str,
     where: str,
     draft: Proposer = NO_PROPOSER,
-) -> int:
+) -> tuple[int, KVMemory]:
     """KV blocks per replica: what the GPU memory left by weights and activations holds, by the engine's
     rule (:func:`clustersim.architecture.engine_kv_memory`), unless fixed. A speculative ``draft``
     model's weights come off the memory first, and its KV cache (a token for each of the target's)
@@ -282,7 +286,7 @@ def kv_blocks(
         target_kv = kv_bytes_per_token_per_gpu(model, tp, pp)
         num_blocks = math.floor(num_blocks * target_kv / (target_kv + draft.kv_bytes_per_token_per_gpu))
     if kv.num_blocks is not None:
-        return kv.num_blocks
+        return kv.num_blocks, memory
     if num_blocks < 1:
         raise ConfigError(
             source,
@@ -292,4 +296,4 @@ def kv_blocks(
             f"{memory.runtime_bytes / GIB:.1f} GiB and one KV block {block / GIB:.3f} GiB; {usable} "
             f"(engine rule {gpu.engine.kv_memory_rule})",
         )
-    return num_blocks
+    return num_blocks, memory

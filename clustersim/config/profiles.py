@@ -183,7 +183,11 @@ class EngineProfile(_Physical):
     schedules the next step while the GPU runs this one (vLLM V1 async scheduling, SGLang's overlap
     scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
     GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
-    latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency.
+    latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency;
+    ``all_reduce_overlap_frac``: the share of all-reduce time the engine hides under other kernels
+    (fused or overlapped communication). ``step_overhead_per_worker_s``: host time per step for each
+    GPU worker beyond the first (sending each step's inputs to the tensor- and pipeline-parallel
+    workers), added to ``step_overhead_s``.
     ``cuda_graph_mixed_steps``: CUDA graphs also cover steps with prompt tokens, up to
     ``cuda_graph_max_seqs`` tokens in all (piecewise graphs, vLLM V1); otherwise only pure-decode
     steps of up to that many sequences replay a graph; a replayed graph computes the step padded to
@@ -216,6 +220,8 @@ class EngineProfile(_Physical):
     cuda_graph_mixed_steps: Cited[bool] | None = None
     host_overlap_frac: Cited[float] | None = None
     all_reduce_latency_s: Cited[float] | None = None
+    all_reduce_overlap_frac: Cited[float] | None = None
+    step_overhead_per_worker_s: Cited[float] | None = None
     kv_memory_rule: Cited[KVMemoryRule] | None = None
     runtime_memory_bytes: Cited[float] | None = None
     runtime_memory_tp_bytes: Cited[float] | None = None

@@ -286,8 +286,8 @@ def price_step(
             _kernels("attention_decode", [decode_attention_layer_time(work, batch.num_decode_seqs, gpu)], layers)
         )
     message_bytes = tokens * model.hidden_size * model.activation_bytes_per_element
-    if tp > 1 and tokens > 0:
-        comm_s = 2 * layers * all_reduce_time_s(message_bytes, tp, gpu)
+    if tp > 1 and tokens > 0:  # what the engine does not hide under other kernels
+        comm_s = 2 * layers * all_reduce_time_s(message_bytes, tp, gpu) * (1.0 - gpu.engine.all_reduce_overlap_frac)
         ops.append(OpCost("all_reduce", 0.0, 2 * layers * message_bytes, comm_s, "latency"))
     if pp > 1 and tokens > 0:
         hops = pp - 1
