@@ -3,20 +3,29 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from clustersim.cli_common import write_doc
-from clustersim.config.catalogue import builtin_data_dir
+from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.errors import ClusterSimError
 from clustersim.guard import fail
-from clustersim.outdir import new_default_folder
+from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.progress import CountProgress, progress_enabled
-from clustersim.validation.corpus import CorpusRow, load_corpus
-from clustersim.validation.corpusreport import corpus_summary, error_table, rows_table, skipped_table
-from clustersim.validation.runcorpus import comparisons, run_corpus
+from clustersim.validation.corpus import CorpusRow, corpus_sha256, load_corpus
+from clustersim.validation.corpusreport import (
+    corpus_summary,
+    error_table,
+    fit_table,
+    rows_table,
+    skipped_table,
+)
+from clustersim.validation.crossval import CorpusFit, fit_corpus, write_efficiency
+from clustersim.validation.runcorpus import RowOutcome, comparisons, run_corpus, write_tables
 
 
 def default_corpus_dir() -> Path:
@@ -32,12 +41,36 @@ def _select(rows: tuple[CorpusRow, ...], patterns: tuple[str, ...]) -> tuple[Cor
     return chosen
 
 
+def _parity(folder: Path, title: str) -> None:
+    """Draw the parity figure when the plotting extra is installed."""
+    if importlib.util.find_spec("matplotlib") is None:
+        click.echo("(no parity figure: python -m pip install 'clustersim[plots]')")
+        return
+    from clustersim.analysis.validationfig import write_parity_figure  # plotting libraries load slowly
+
+    click.echo(f"wrote {write_parity_figure(folder / 'comparisons.parquet', folder / 'parity.png', title)}")
+
+
+def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str]:
+    found = comparisons(outcomes)
+    by_gpu, by_engine = error_table(found, by_gpu=True), error_table(found, by_gpu=False)
+    click.echo(f"\n{heading}, per engine and metric (the scored metric of each row):")
+    click.echo(by_engine)
+    click.echo("\nper engine and GPU:")
+    click.echo(by_gpu)
+    return by_engine, by_gpu, rows_table(found)
+
+
 @click.command("validate")
 @click.argument("corpus", required=False, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/validate-TIME].")
 @click.option("--rows", "patterns", multiple=True, metavar="PATTERN", help="Only rows whose id matches (glob), or a publisher.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), help="A hardware_profiles folder to use.")
+@click.option("--fit", "do_fit", is_flag=True, help="Fit the engines' efficiency scales, cross-validated by publisher.")
+@click.option("--iterations", type=click.IntRange(min=1), default=8, show_default=True, help="Solver evaluations of the all-rows fit.")
+@click.option("--fold-iterations", type=click.IntRange(min=1), default=5, show_default=True, help="... of each leave-one-publisher-out fit.")
+@click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--doc", metavar="FILE.md", help="Also write the tables into their blocks of that Markdown file.")
 def validate_command(
@@ -46,6 +79,10 @@ def validate_command(
     patterns: tuple[str, ...],
     jobs: int | None,
     profiles_dir: Path | None,
+    do_fit: bool,
+    iterations: int,
+    fold_iterations: int,
+    write_profiles: bool,
     quiet: bool,
     doc: str | None,
 ) -> None:
@@ -53,33 +90,78 @@ def validate_command(
 
     CORPUS is a folder of corpus CSV files [default: the built-in corpus]. Runs go under --out and
     are reused when the same folder is given again (only rows whose scenario or profiles changed run).
+    With --fit, the engines' efficiency scales are fitted to the corpus instead, and every row is
+    predicted by a fit that never saw its publisher (leave-one-publisher-out): those errors are the
+    ones to quote.
     """
     started = time.perf_counter()
+    if write_profiles and not do_fit:
+        fail("--write-profiles needs --fit")
     try:
-        rows = _select(load_corpus(corpus or default_corpus_dir()), patterns)
+        corpus_dir = corpus or default_corpus_dir()
+        rows = _select(load_corpus(corpus_dir), patterns)
         folder = out_dir or new_default_folder("validate")
-        with CountProgress(len(rows), "rows", progress_enabled(quiet)) as bar:
-            outcomes = run_corpus(
-                rows, folder, jobs=jobs, catalogue_root=profiles_dir, on_row=lambda _row, status: bar.advance(failed=status == "failed")
-            )
+        catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
+        if do_fit:
+            _fit(rows, catalogue, folder, corpus_dir, jobs, (iterations, fold_iterations), write_profiles, quiet, doc)
+        else:
+            _validate(rows, catalogue, folder, jobs, quiet, doc)
     except ClusterSimError as exc:
         fail(str(exc))
         return
-    found = comparisons(outcomes)
+    click.echo(f"in {time.perf_counter() - started:.1f} s")
+
+
+def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, jobs: int | None, quiet: bool,
+              doc: str | None) -> None:  # fmt: skip
+    with CountProgress(len(rows), "rows", progress_enabled(quiet)) as bar:
+        outcomes = run_corpus(rows, folder, jobs=jobs, catalogue_root=catalogue.root,
+                              on_row=lambda _row, status: bar.advance(failed=status == "failed"))  # fmt: skip
     summary = corpus_summary(outcomes)
-    by_gpu, by_engine = error_table(found, by_gpu=True), error_table(found, by_gpu=False)
-    skipped = skipped_table(outcomes)
     click.echo(summary)
-    click.echo("\nmean absolute percentage error per engine and metric (scored metric of each row):")
-    click.echo(by_engine)
-    click.echo("\nper engine and GPU:")
-    click.echo(by_gpu)
-    click.echo("\nnot simulated:")
-    click.echo(skipped)
-    click.echo(f"\nwrote {folder}/ (rows, comparisons .parquet/.csv; scenarios/, runs/) in {time.perf_counter() - started:.1f} s")
+    by_engine, by_gpu, table = _report(outcomes, "mean absolute percentage error with the profiles as they are")
+    skipped = skipped_table(outcomes)
+    click.echo("\nnot simulated:\n" + skipped)
+    click.echo(f"\nwrote {folder}/ (rows, comparisons .parquet/.csv; scenarios/, runs/)")
+    _parity(folder, "clustersim with its shipped profiles against the public corpus")
     if doc:
         write_doc(f"{doc}#corpus", summary)
-        write_doc(f"{doc}#corpus-engines", by_engine)
-        write_doc(f"{doc}#corpus-gpus", by_gpu)
         write_doc(f"{doc}#corpus-skipped", skipped)
-        write_doc(f"{doc}#corpus-rows", rows_table(found))
+
+
+def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, jobs: int | None,
+         iterations: tuple[int, int], write_profiles: bool, quiet: bool, doc: str | None) -> None:  # fmt: skip
+    say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
+    result = fit_corpus(rows, catalogue, jobs, iterations[0], say, iterations[1])
+    with claimed_folder(folder):
+        for name, outcomes in (("cross-validated", result.cross_validated), ("in-sample", result.in_sample)):
+            (folder / name).mkdir(exist_ok=True)
+            write_tables([*outcomes, *result.skipped], folder / name)
+    summary = corpus_summary([*result.in_sample, *result.skipped])
+    click.echo(summary)
+    params = fit_table(result.params, result.values, result.num_rows)
+    click.echo("\nfitted scales (all rows):\n" + params)
+    cv = _report(result.cross_validated, "leave-one-publisher-out error (each publisher predicted by a fit without it)")
+    _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
+    click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
+    _parity(folder / "cross-validated", "clustersim against the public corpus, each publisher left out of the fit")
+    if write_profiles:
+        source = _fit_source(result, corpus_dir)
+        for path in write_efficiency(result, catalogue.root, source):
+            click.echo(f"wrote the fitted scales into {path}")
+    if doc:
+        write_doc(f"{doc}#corpus", summary)
+        write_doc(f"{doc}#corpus-fit", params)
+        write_doc(f"{doc}#corpus-cv-engines", cv[0])
+        write_doc(f"{doc}#corpus-cv-gpus", cv[1])
+        write_doc(f"{doc}#corpus-cv-rows", cv[2])
+        write_doc(f"{doc}#corpus-skipped", skipped_table(result.skipped))
+
+
+def _fit_source(result: CorpusFit, corpus_dir: Path) -> str:
+    publishers = {o.row.publisher for o in result.in_sample}
+    return (
+        f"fitted by `clustersim validate --fit` to the public validation corpus (validation/corpus, sha256 "
+        f"{corpus_sha256(corpus_dir)[:12]}; {len(result.in_sample)} rows from {len(publishers)} publishers; "
+        "leave-one-publisher-out errors in docs/validation.md)"
+    )

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from clustersim.validation.corpusfit import FitParam
 from clustersim.validation.runcorpus import METRIC_KINDS, Comparison, RowOutcome
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
@@ -94,4 +95,12 @@ def rows_table(found: Sequence[Comparison]) -> str:
                 f"| {c.row.row_id} | {c.row.setting()} | {c.metric} | {c.published:.4g} | {c.predicted:.4g} | "
                 f"{c.error_pct:+.1f} |"
             )
+    return "\n".join(lines)
+
+
+def fit_table(params: Sequence[FitParam], values: Sequence[float], num_rows: dict[str, int]) -> str:
+    """The fitted scales: engine, what they scale, GPU family, value, rows they rest on (Markdown)."""
+    lines = ["| engine | scale | GPU family | value | rows |", "|---|---|---|---|---|"]
+    for param, value in zip(params, values, strict=True):
+        lines.append(f"| {param.engine} | {param.kind} | {param.family or 'all'} | {value:.3f} | {num_rows[param.label]} |")
     return "\n".join(lines)

@@ -34,9 +34,9 @@ ALL_AT_ONCE_RATE_PER_S = 1.0e6  # "infinite" rate: N requests queued within N mi
 DEFAULT_NUM_REQUESTS = {"offline": 1000, "batch": 0, "concurrency": 1000, "rate": 1000}
 MIN_REQUESTS_PER_CLIENT = 4
 MAX_OFFLINE_REQUESTS = 30000
-MAX_SIMULATED_REQUESTS = 60000
+MAX_SIMULATED_REQUESTS = 20000
 MIN_STEADY_REQUESTS = 2000
-STEADY_FACTOR = 5.0
+STEADY_FACTOR = 4.0
 SEED = 0
 
 # engine (as the corpus names it) -> (engine profile, oldest version it models)
@@ -119,10 +119,18 @@ def _version(text: str) -> tuple[int, ...] | None:
 
 
 _MODEL_SUFFIXES = re.compile(
-    r"(-(instruct|chat|hf|base|it|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|w4a16|w8a8|fp8-dynamic|dynamic|quantized|v0\.\d))+$",
+    r"(-(instruct|chat|hf|base|it|fp8|fp4|nvfp4|mxfp4|awq|gptq|int4|w4a16|w8a8|dynamic|quantized|kv|v0\.\d))+$",
     re.IGNORECASE,
 )
-MODEL_SAME_ARCHITECTURE = {"llama-3.3-70b": "Llama-3.1-70B", "llama-3-8b": "Llama-3.1-8B", "llama-3-70b": "Llama-3.1-70B"}
+# models with another's shapes (the weights differ, the cost does not): Llama 3.3 70B is 3.1's architecture
+# (its config.json differs only in rope scaling); Qwen2-7B has Qwen2.5-7B's (hidden 3584, 28 layers, 28/4 heads,
+# FFN 18944, vocab 152064: both config.json files)
+MODEL_SAME_ARCHITECTURE = {
+    "llama-3.3-70b": "Llama-3.1-70B",
+    "llama-3-8b": "Llama-3.1-8B",
+    "llama-3-70b": "Llama-3.1-70B",
+    "qwen2-7b": "Qwen2.5-7B",
+}
 
 
 def model_names(name: str) -> list[str]:
@@ -130,7 +138,7 @@ def model_names(name: str) -> list[str]:
     and instruction-tuning suffixes, and the model of the same architecture (Llama 3.3 70B is 3.1's)."""
     bare = name.split("/")[-1]
     stem = _MODEL_SUFFIXES.sub("", bare)
-    names = [name, bare, stem]
+    names = [name, bare, stem, re.sub(r"^meta-", "", stem, flags=re.IGNORECASE)]
     for key, same in MODEL_SAME_ARCHITECTURE.items():
         if stem.lower().replace("meta-", "") == key:
             names.append(same)
@@ -207,7 +215,7 @@ def _arrival(row: CorpusRow) -> tuple[dict[str, Any], int]:
 def num_requests(row: CorpusRow) -> int:
     """Requests to simulate: the row's, else the benchmark tool's usual number; a long run (MLPerf's
     ten minutes, tens of thousands of queued requests) is cut to what reaches its steady state: for a
-    Poisson row, five times the requests in flight by Little's law at the published mean latency."""
+    Poisson row, four times the requests in flight by Little's law at the published mean latency."""
     wanted = row.num_requests or DEFAULT_NUM_REQUESTS[row.load_kind]
     if row.load_kind == "batch":
         return round(row.load or 1)
@@ -224,6 +232,11 @@ def steady_window(row: CorpusRow, simulated: int) -> bool:
     """Whether the run is shorter than the benchmark, so its figures are measured in its steady state
     (the benchmark's own ramp-up and drain are a negligible part of its much longer run)."""
     return row.num_requests is not None and simulated < row.num_requests and row.load_kind in ("rate", "offline")
+
+
+def _longest_prompt(lengths: dict[str, Any]) -> int:
+    prompt = lengths["prompt_tokens"]
+    return int(prompt["tokens"] if prompt["kind"] == "fixed" else prompt["max_tokens"])
 
 
 def _trtllm_bench(row: CorpusRow, profile: ModelProfile, hardware: HardwareProfile, precision: str | None) -> BenchSettings:
@@ -295,9 +308,12 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     if row.engine == "trtllm" and row.load_kind == "offline" and not scheduler:
         bench = _trtllm_bench(row, catalogue.model(model), hardware, precision)
         scheduler = {"max_num_seqs": bench.max_num_seqs, "max_num_batched_tokens": bench.max_num_batched_tokens}
-        if bench.max_num_batched_tokens < (row.prompt_tokens or 0):
-            scheduler["policy"] = "trtllm_no_evict_chunked"
         kv["gpu_memory_frac"] = TRTLLM_BENCH_KV_FRAC
+    budget = scheduler.get("max_num_batched_tokens")
+    if row.engine == "trtllm" and budget is not None and _longest_prompt(lengths) > budget:
+        # a prompt longer than the token budget runs only in chunks (TensorRT-LLM refuses it otherwise)
+        scheduler["policy"] = "trtllm_no_evict_chunked"
+        assumed.append(f"prompts up to {_longest_prompt(lengths)} tokens over a {budget}-token budget: chunked context")
     if row.gpu_memory_frac is not None:
         kv["gpu_memory_frac"] = row.gpu_memory_frac
     simulated = num_requests(row)

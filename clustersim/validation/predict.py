@@ -1,0 +1,82 @@
+"""Predict corpus rows with candidate engine profiles, in worker processes (what a fit evaluates).
+
+A candidate is a catalogue folder: the built-in hardware and model profiles, linked, beside engine
+profiles written for the candidate (:func:`candidate_root`). Each row's scenario is planned against
+it and run in a scratch folder that is removed afterwards; only its measured metrics come back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.config.profiles import EngineProfile
+from clustersim.errors import ClusterSimError, one_line
+from clustersim.runner import run_plan
+from clustersim.runplan import plan_run
+from clustersim.validation.measure import measure_run
+from clustersim.validation.rowscenario import RowScenario
+
+Prediction = dict[str, float]
+
+
+@dataclass(frozen=True)
+class RowTask:
+    """One row to predict: its scenario mapping and how to measure it (plain data, for a worker)."""
+
+    row_id: str
+    mapping: dict[str, Any]
+    steady: bool
+
+
+def tasks_of(built: Sequence[RowScenario]) -> list[RowTask]:
+    return [RowTask(b.row.row_id, b.mapping, b.steady) for b in built if b.mapping is not None]
+
+
+def predict_task(task: RowTask, root: str) -> tuple[str, Prediction | None, str]:
+    """Run one row against the catalogue at ``root``: (row id, its metrics or None, the error if any)."""
+    scratch = Path(tempfile.mkdtemp(prefix="clustersim-fit-"))
+    try:
+        scenario = scenario_from_mapping(task.mapping, task.row_id)
+        plan = plan_run(LoadedScenario(scenario, task.row_id, scratch), Catalogue(Path(root)))
+        run_plan(plan, scratch / "run")
+        return task.row_id, measure_run(scratch / "run", task.steady), ""
+    except ClusterSimError as exc:
+        return task.row_id, None, one_line(str(exc))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def predict_all(tasks: Sequence[RowTask], root: Path, pool: Executor | None) -> dict[str, Prediction | None]:
+    """Every task's prediction, in parallel on ``pool`` (in this process without one)."""
+    if pool is None:
+        return {row_id: found for row_id, found, _ in (predict_task(t, str(root)) for t in tasks)}
+    futures = [pool.submit(predict_task, t, str(root)) for t in tasks]
+    return {row_id: found for row_id, found, _ in (f.result() for f in futures)}
+
+
+def candidate_root(base: Path, engines: Mapping[str, EngineProfile], into: Path) -> Path:
+    """A catalogue at ``into``: ``base``'s GPUs and models (linked) and ``engines`` written as YAML."""
+    into.mkdir(parents=True, exist_ok=True)
+    for kind in ("gpus", "models"):
+        link = into / kind
+        if not link.exists():
+            os.symlink((base / kind).resolve(), link, target_is_directory=True)
+    engines_dir = into / "engines"
+    engines_dir.mkdir(exist_ok=True)
+    for path in engines_dir.glob("*.yaml"):
+        path.unlink()
+    for name, profile in engines.items():
+        data = profile.model_dump(mode="json", exclude_none=True)
+        (engines_dir / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return into
