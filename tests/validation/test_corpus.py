@@ -1,0 +1,104 @@
+"""The validation corpus: its files load, and a malformed one is refused with file, line and column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.config.catalogue import builtin_data_dir
+from clustersim.errors import ConfigError
+from clustersim.validation.corpus import COLUMNS, load_corpus, load_corpus_file
+
+GOOD = {
+    "id": "lab-a",
+    "publisher": "lab",
+    "source_url": "https://example.org/bench",
+    "source_where": "Table 1",
+    "source_date": "2025-06",
+    "engine": "vllm",
+    "engine_version": "0.9.0",
+    "gpu": "H100-SXM",
+    "num_gpus": "1",
+    "tp": "1",
+    "pp": "1",
+    "ep": "1",
+    "dp": "1",
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "weight_precision": "bf16",
+    "kv_precision": "",
+    "dataset": "random",
+    "prompt_tokens": "1000",
+    "output_tokens": "100",
+    "load_kind": "concurrency",
+    "load": "8",
+    "num_requests": "80",
+    "max_num_seqs": "",
+    "max_num_batched_tokens": "",
+    "gpu_memory_frac": "0.9",
+    "features": "",
+    "output_tok_per_s": "1234.5",
+    "ttft_mean_ms": "50",
+    "notes": "a, quoted note",
+}
+
+
+def write(folder: Path, name: str, rows: list[dict[str, str]], header: tuple[str, ...] = COLUMNS) -> Path:
+    lines = ["# a comment line", ",".join(header)]
+    for row in rows:
+        lines.append(",".join(f'"{row.get(c, "")}"' for c in header))
+    path = folder / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_good_file_loads(tmp_path):
+    (row,) = load_corpus_file(write(tmp_path, "lab.csv", [GOOD]))
+    assert (row.row_id, row.engine, row.load_kind, row.load, row.num_requests) == ("lab-a", "vllm", "concurrency", 8.0, 80)
+    assert row.metrics == {"output_tok_per_s": 1234.5, "ttft_mean_ms": 50.0}
+    assert row.gpu_memory_frac == 0.9 and row.features == frozenset()
+    assert row.where == "lab.csv:3"  # the comment line counts
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"num_gpus": "eight"}, "lab.csv:3: num_gpus: 'eight' is not a whole number"),
+        ({"load_kind": "burst"}, "lab.csv:3: load_kind: 'burst' is not one of offline, concurrency, rate, batch"),
+        ({"load": ""}, "lab.csv:3: load: must be given for load_kind concurrency"),
+        ({"id": "other-a"}, "lab.csv:3: id: 'other-a' must start with the publisher, 'lab-'"),
+        ({"output_tok_per_s": "-3"}, "lab.csv:3: output_tok_per_s: '-3' must be a positive number"),
+        ({"output_tok_per_s": "", "ttft_mean_ms": ""}, "lab.csv:3: output_tok_per_s: the row publishes no metric"),
+        ({"gpu_memory_frac": "90"}, "lab.csv:3: gpu_memory_frac: '90' must be a fraction in (0, 1]"),
+        ({"features": "eagr"}, "lab.csv:3: features: unknown feature 'eagr' (did you mean 'eager'?)"),
+        ({"weight_precision": "fp6"}, "lab.csv:3: weight_precision: 'fp6' is not one of bf16, fp16, fp8, fp4, int4, int8"),
+    ],
+)
+def test_a_bad_value_names_file_line_and_column(tmp_path, change, message):
+    with pytest.raises(ConfigError) as info:
+        load_corpus_file(write(tmp_path, "lab.csv", [{**GOOD, **change}]))
+    assert str(info.value).startswith(message)
+
+
+def test_a_bad_header_is_refused(tmp_path):
+    header = tuple("ttft_ms" if c == "ttft_mean_ms" else c for c in COLUMNS)
+    with pytest.raises(ConfigError, match=r"lab.csv:2: ttft_ms: unknown column"):
+        load_corpus_file(write(tmp_path, "lab.csv", [GOOD], header))
+    with pytest.raises(ConfigError, match=r"lab.csv:2: notes: column missing"):
+        load_corpus_file(write(tmp_path, "lab.csv", [GOOD], COLUMNS[:-1]))
+
+
+def test_ids_are_unique_across_files(tmp_path):
+    write(tmp_path, "a.csv", [GOOD])
+    write(tmp_path, "b.csv", [GOOD])
+    with pytest.raises(ConfigError, match=r"b.csv:3: id: 'lab-a' is also the id of a.csv:3"):
+        load_corpus(tmp_path)
+
+
+def test_the_shipped_corpus_meets_its_bar():
+    rows = load_corpus(builtin_data_dir("validation") / "corpus")
+    assert len(rows) >= 80
+    assert len({r.publisher for r in rows}) >= 5
+    assert {"vllm", "sglang", "trtllm"} <= {r.engine for r in rows}
+    assert {"A100-80GB", "H100-SXM", "H200"} <= {r.gpu for r in rows}
+    assert all(r.source_url.startswith("http") for r in rows)

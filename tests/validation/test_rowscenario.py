@@ -1,0 +1,104 @@
+"""A corpus row becomes the scenario of its benchmark, or says why it cannot."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import scenario_from_mapping
+from clustersim.validation.corpus import CorpusRow
+from clustersim.validation.rowscenario import model_names, num_requests, resolve_model, row_scenario
+
+CATALOGUE = Catalogue.builtin()
+ROW = CorpusRow(
+    row_id="lab-a", publisher="lab", source_url="https://example.org", source_where="", source_date="",
+    engine="vllm", engine_version="0.10.1", gpu="H100-SXM", num_gpus=1, tp=1, pp=1, ep=1, dp=1,
+    model="meta-llama/Llama-3.1-8B-Instruct", weight_precision="bf16", kv_precision=None, dataset="random",
+    prompt_tokens=1000, output_tokens=100, load_kind="concurrency", load=8, num_requests=80,
+    max_num_seqs=None, max_num_batched_tokens=None, metrics={"output_tok_per_s": 1000.0},
+)  # fmt: skip
+
+
+def build(**changes):
+    built = row_scenario(dataclasses.replace(ROW, **changes), CATALOGUE)
+    if built.mapping is not None:
+        scenario_from_mapping(built.mapping, "test")  # every mapping is a valid scenario
+    return built
+
+
+def test_a_closed_loop_served_over_http():
+    mapping = build().mapping
+    assert mapping["workload"]["tenants"][0]["arrival"] == {
+        "kind": "closed_loop", "num_users": 8, "think_time": {"kind": "fixed", "time_s": 0.0}
+    }  # fmt: skip
+    assert mapping["cluster"]["engine"] == "vllm-v1" and mapping["cluster"]["frontend"] is True
+    assert mapping["workload"]["tenants"][0]["prompt_tokens"] == {"kind": "fixed", "tokens": 1000}
+    assert mapping["stop"] == {"max_requests": 80}
+
+
+def test_offline_rows_are_queued_at_once_without_a_front_end():
+    mapping = build(load_kind="offline", load=None, num_requests=None).mapping
+    assert mapping["workload"]["tenants"][0]["arrival"]["rate_per_s"] == 1e6
+    assert mapping["cluster"]["frontend"] is False
+    assert mapping["stop"] == {"max_requests": 1000}  # the benchmark tools' usual 1,000 prompts
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"engine": "lmdeploy"}, "engine 'lmdeploy' has no profile"),
+        ({"engine_version": "0.6.3"}, "vllm 0.6.3 is older than the modelled 0.8"),
+        ({"gpu": "TPU-v5e"}, "no hardware profile for TPU-v5e"),
+        ({"model": "acme/unknown-13b"}, "no model profile for acme/unknown-13b"),
+        ({"ep": 8}, "expert parallelism is not modelled"),
+        ({"features": frozenset({"dp_attention"})}, "data-parallel attention is not modelled"),
+        ({"prompt_tokens": None}, "mean prompt and output lengths are not published"),
+        ({"weight_precision": "int8"}, "int8 weights are not modelled"),
+    ],
+)
+def test_rows_that_cannot_be_simulated_say_why(changes, reason):
+    built = build(**changes)
+    assert built.mapping is None and built.skip_reason == reason
+
+
+def test_model_names_are_resolved_through_quantized_and_organisation_names():
+    assert resolve_model("nvidia/Llama-3.3-70B-Instruct-FP8", CATALOGUE) == "Llama-3.1-70B"
+    assert resolve_model("RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8", CATALOGUE) == "Llama-3.1-8B"
+    assert resolve_model("amd/Llama-3.1-70B-Instruct-FP8-KV", CATALOGUE) == "Llama-3.1-70B"
+    assert model_names("Qwen/Qwen2-7B-Instruct")[:3] == ["Qwen/Qwen2-7B-Instruct", "Qwen2-7B-Instruct", "Qwen2-7B"]
+
+
+def test_trtllm_bench_rows_get_its_batch_limits_and_memory_fraction():
+    built = build(engine="trtllm", engine_version="0.19.0", load_kind="offline", load=None, num_requests=30000,
+                  weight_precision="fp8", kv_precision="fp8", prompt_tokens=128, output_tokens=2048)  # fmt: skip
+    assert built.mapping["scheduler"] == {"max_num_seqs": 640, "max_num_batched_tokens": 2048}
+    assert built.mapping["kv"] == {"gpu_memory_frac": 0.95}
+    long = build(engine="trtllm", engine_version="0.19.0", load_kind="offline", load=None, num_requests=1000,
+                 weight_precision="fp8", kv_precision="fp8", prompt_tokens=20000, output_tokens=2000)  # fmt: skip
+    assert long.mapping["scheduler"]["policy"] == "trtllm_no_evict_chunked"  # 20,000 tokens over a smaller budget
+
+
+def test_a_stated_memory_fraction_and_eager_engine_are_kept():
+    mapping = build(gpu_memory_frac=0.5, features=frozenset({"eager"})).mapping
+    assert mapping["kv"] == {"gpu_memory_frac": 0.5}
+    assert mapping["cluster"]["cuda_graphs"] is False
+
+
+def test_long_poisson_benchmarks_are_cut_to_their_steady_state():
+    row = dataclasses.replace(ROW, load_kind="rate", load=10.0, num_requests=500_000,
+                              metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 30_000.0})  # fmt: skip
+    # Little's law: 10 req/s x 30 s = 300 in flight; four times that, at least 2,000
+    assert num_requests(row) == 2000
+    built = row_scenario(row, CATALOGUE)
+    assert built.steady and built.mapping["metrics"] == {"warmup_requests": 1000, "cooldown_requests": 200}
+
+
+def test_datasets_draw_lengths_with_the_published_means():
+    mapping = build(dataset="sharegpt", prompt_tokens=220, output_tokens=200).mapping
+    prompt = mapping["workload"]["tenants"][0]["prompt_tokens"]
+    assert prompt["kind"] == "lognormal" and prompt["sigma"] == 1.1
+    assert prompt["median_tokens"] == round(220 / 1.8312)  # mean = median x exp(sigma^2 / 2)
+    uniform = build(dataset="random-uniform", prompt_tokens=500, output_tokens=100).mapping
+    assert uniform["workload"]["tenants"][0]["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 999}

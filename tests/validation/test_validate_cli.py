@@ -1,0 +1,57 @@
+"""``clustersim validate``: runs a corpus, prints the error tables, reuses finished rows, refuses bad input."""
+
+from __future__ import annotations
+
+import csv
+
+from click.testing import CliRunner
+from test_corpus import GOOD, write
+
+from clustersim.cli import main
+from clustersim.validation.corpus import COLUMNS
+
+SMALL = {**GOOD, "num_requests": "16", "prompt_tokens": "128", "output_tokens": "16", "load": "4"}
+
+
+def corpus(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    rows = [
+        SMALL,
+        {**SMALL, "id": "lab-b", "gpu": "A100-80GB", "load_kind": "rate", "load": "2"},
+        {**SMALL, "id": "lab-c", "model": "acme/unknown-13b"},
+    ]
+    write(folder, "lab.csv", rows)
+    return folder
+
+
+def test_validate_runs_rows_prints_errors_and_reuses_runs(tmp_path):
+    runner = CliRunner()
+    folder, out = corpus(tmp_path), tmp_path / "out"
+    result = runner.invoke(main, ["validate", str(folder), "--out", str(out), "--jobs", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "3 rows from 1 publishers (lab); 2 simulated, 1 not simulated, 0 failed" in result.output
+    assert "| vLLM | H100-SXM | 1 |" in result.output and "| vLLM | A100-80GB | 1 |" in result.output
+    assert "| skipped | no model profile for acme/unknown-13b | 1 |" in result.output
+    with (out / "comparisons.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {(r["row_id"], r["metric"]) for r in rows} == {(i, m) for i in ("lab-a", "lab-b") for m in ("output_tok_per_s", "ttft_mean_ms")}
+    mtime = (out / "runs" / "lab-a" / "requests.parquet").stat().st_mtime_ns
+    again = runner.invoke(main, ["validate", str(folder), "--out", str(out), "--jobs", "1", "--quiet"])
+    assert again.exit_code == 0
+    assert (out / "runs" / "lab-a" / "requests.parquet").stat().st_mtime_ns == mtime  # reused, not run again
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    runner = CliRunner()
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    write(folder, "lab.csv", [{**GOOD, "num_gpus": "eight"}])
+    result = runner.invoke(main, ["validate", str(folder), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert result.output.strip() == "clustersim: error: lab.csv:3: num_gpus: 'eight' is not a whole number"
+    assert runner.invoke(main, ["validate", "--write-profiles"]).exit_code == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no *.csv file" in runner.invoke(main, ["validate", str(empty)]).output
+    assert len(COLUMNS) == 42
