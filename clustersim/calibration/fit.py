@@ -54,6 +54,14 @@ class Setup:
     parameters: tuple[FitParameter, ...]
 
 
+def _first_files(rows: Sequence[Measurement], paths: Sequence[Path], kind: str) -> dict[str, Path]:
+    """Each ``hardware`` or ``model`` name of the rows, with the file of the first row that names it."""
+    found: dict[str, Path] = {}
+    for row, path in zip(rows, paths, strict=True):
+        found.setdefault(getattr(row, kind), path)
+    return found
+
+
 def prepare(
     measurements: MeasurementFile,
     engine: EngineProfile,
@@ -62,17 +70,20 @@ def prepare(
     overrides: Sequence[str] = (),
     num_requests: int = DEFAULT_NUM_REQUESTS,
 ) -> Setup:
-    """Look up the rows' profiles (their names were checked when read), build their scenarios and
-    the parameters of ``fields``.
+    """Look up the rows' profiles (their names were checked when read; a profile file resolves next
+    to the first file that names it), build their scenarios and the parameters of ``fields``.
 
     GPU fields get one parameter per GPU of the training rows (a GPU seen only in held-out rows
     keeps its catalogue values).
     """
-    catalogue = catalogue_next_to(measurements.path)
     rows = measurements.rows
-    hardware = {name: catalogue.hardware(name) for name in sorted({row.hardware for row in rows})}
-    models = {name: catalogue.model(name) for name in sorted({row.model for row in rows})}
-    scenarios = tuple(row_scenario(row, engine.name, measurements.path, overrides, num_requests) for row in rows)
+    paths = [row.path or measurements.path for row in rows]
+    gpu_files, model_files = _first_files(rows, paths, "hardware"), _first_files(rows, paths, "model")
+    hardware = {name: catalogue_next_to(gpu_files[name]).hardware(name) for name in sorted(gpu_files)}
+    models = {name: catalogue_next_to(model_files[name]).model(name) for name in sorted(model_files)}
+    scenarios = tuple(
+        row_scenario(row, engine.name, path, overrides, num_requests) for row, path in zip(rows, paths, strict=True)
+    )
     trained_gpus = {rows[i].hardware: hardware[rows[i].hardware] for i in train}
     parameters = resolve_parameters(fields, engine, trained_gpus)
     return Setup(rows, scenarios, engine, hardware, models, parameters)

@@ -13,6 +13,12 @@ ends) or ``rate_per_s`` (Poisson arrivals at ``load`` requests per second). The 
 tokens) and ``output_tokens_per_s`` (output tokens over the benchmark's duration, the whole
 deployment) may be blank where not measured; each row needs at least one. ``weight_precision`` may
 be blank: the model's published precision.
+
+Rows read from a benchmark tool's JSON file (:mod:`.datafiles`) are :class:`Measurement` s too; they
+may also carry the p99 of TTFT and ITL (``ttft_p99_s``, ``itl_p99_s``, not CSV columns), the number
+of requests the benchmark completed, the coefficient of variation of its inter-arrival times and,
+where the file lists them, every request (arrival time or None, prompt and output tokens) so that
+the simulation replays the same requests.
 """
 
 from __future__ import annotations
@@ -31,9 +37,12 @@ from clustersim.config.scenario import Precision
 from clustersim.errors import ConfigError, did_you_mean, shown_value
 
 LoadKind = Literal["batch", "concurrency", "rate_per_s"]
-Metric = Literal["ttft_s", "itl_s", "output_tokens_per_s"]
+Metric = Literal["ttft_s", "itl_s", "output_tokens_per_s", "ttft_p99_s", "itl_p99_s"]
 LOAD_KINDS: tuple[str, ...] = get_args(LoadKind)
-METRICS: tuple[Metric, ...] = get_args(Metric)
+METRICS: tuple[Metric, ...] = ("ttft_s", "itl_s", "output_tokens_per_s")  # the CSV's measured columns
+TAIL_METRICS: tuple[Metric, ...] = ("ttft_p99_s", "itl_p99_s")  # from benchmark tools' files only
+ALL_METRICS: tuple[Metric, ...] = (*METRICS, *TAIL_METRICS)
+ReplayedRequest = tuple[float | None, int, int]  # (arrival_s from the first or None, prompt tokens, output tokens)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 SETTING_COLUMNS = (
     "hardware",
@@ -54,7 +63,12 @@ class Measurement:
     """One measured setting and what was measured there (seconds, tokens per second).
 
     ``hardware`` and ``model`` are the catalogue's canonical names (or profile files, as given);
-    ``line`` is the row's line in the file, for messages.
+    ``line`` is the row's line in a CSV, or the benchmark's 1-based position in a JSON file, for
+    messages. ``prompt_tokens`` and ``output_tokens`` are the fixed lengths of every request, or
+    their means when ``requests`` lists each request (then replayed as they are); ``num_requests``
+    is how many requests the benchmark completed (None: not known); ``interarrival_cv`` the
+    coefficient of variation of a ``rate_per_s`` benchmark's inter-arrival times (1: Poisson,
+    0: constant); ``path`` the file the row was read from (None: the file being read).
     """
 
     line: int
@@ -67,25 +81,39 @@ class Measurement:
     prompt_tokens: int
     output_tokens: int
     measured: dict[Metric, float] = field(default_factory=dict)
+    requests: tuple[ReplayedRequest, ...] | None = None
+    num_requests: int | None = None
+    interarrival_cv: float = 1.0
+    path: Path | None = None
 
     def setting(self) -> str:
         """A short description: ``H200 Llama-3.1-8B TP1 batch 8, 32 in / 128 out``."""
         precision = f" {self.weight_precision}" if self.weight_precision else ""
         load = f"{self.load:g}" if self.load_kind != "rate_per_s" else f"{self.load:g}/s"
         kind = "rate" if self.load_kind == "rate_per_s" else self.load_kind
-        return (
-            f"{self.hardware} {self.model}{precision} TP{self.tensor_parallel} {kind} {load}, "
-            f"{self.prompt_tokens} in / {self.output_tokens} out"
-        )
+        lengths = f"{self.prompt_tokens} in / {self.output_tokens} out"
+        if self.requests is not None:
+            lengths = f"{len(self.requests)} requests, mean {lengths}"
+        return f"{self.hardware} {self.model}{precision} TP{self.tensor_parallel} {kind} {load}, {lengths}"
 
 
 @dataclass(frozen=True)
 class MeasurementFile:
-    """The rows of one measurements file, with the file's name and content hash (for citations)."""
+    """The rows of one measurements file, with the file's name and content hash (for citations).
+
+    Rows read from several files together have the first file's ``path``, a hash of every file's
+    name and hash, and a ``label`` that names them (a single file is cited by its name).
+    """
 
     path: Path
     sha256: str
     rows: tuple[Measurement, ...]
+    label: str = ""
+
+    @property
+    def name(self) -> str:
+        """How the data is cited: the file's name, or the label of several files."""
+        return self.label or self.path.name
 
     @property
     def num_values(self) -> int:
@@ -210,20 +238,24 @@ def catalogue_next_to(path: Path, catalogue: Catalogue | None = None) -> Catalog
     return dataclasses.replace(catalogue or Catalogue.builtin(), base_dir=path.resolve().parent)
 
 
-def read_measurements(path: Path, catalogue: Catalogue | None = None) -> MeasurementFile:
-    """Read and check a measurements CSV (profile files it names resolve next to it).
-
-    Each line is one record (a quoted field cannot span lines).
-    """
+def read_file(path: Path) -> tuple[bytes, str]:
+    """The bytes of a data file and its UTF-8 text (a byte-order mark dropped); refused in one line."""
     if not path.is_file():
         raise ConfigError(str(path), "", "no such file")
     try:
         data = path.read_bytes()
-        text = data.decode("utf-8-sig")
+        return data, data.decode("utf-8-sig")
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot be read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(str(path), "", "is not UTF-8 text") from None
+
+
+def csv_rows(path: Path, text: str, catalogue: Catalogue | None = None) -> tuple[Measurement, ...]:
+    """The checked rows of a measurements CSV's text (profile files it names resolve next to it).
+
+    Each line is one record (a quoted field cannot span lines).
+    """
     names_of = ProfileNames(catalogue_next_to(path, catalogue))
     lines = list(_data_lines(text))
     if not lines:
@@ -241,4 +273,10 @@ def read_measurements(path: Path, catalogue: Catalogue | None = None) -> Measure
         rows.append(parse_row(cells, number, where, names_of))
     if not rows:
         raise ConfigError(str(path), "", "no data rows after the header")
-    return MeasurementFile(path, hashlib.sha256(data).hexdigest(), tuple(rows))
+    return tuple(rows)
+
+
+def read_measurements(path: Path, catalogue: Catalogue | None = None) -> MeasurementFile:
+    """Read and check a measurements CSV (profile files it names resolve next to it)."""
+    data, text = read_file(path)
+    return MeasurementFile(path, hashlib.sha256(data).hexdigest(), csv_rows(path, text, catalogue))

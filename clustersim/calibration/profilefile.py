@@ -28,8 +28,8 @@ SHA_PREFIX_CHARS = 12
 
 
 def citation(measurements: MeasurementFile) -> str:
-    """``data.csv (sha256 0123456789ab)``: the file a fit used, by name and content."""
-    return f"{measurements.path.name} (sha256 {measurements.sha256[:SHA_PREFIX_CHARS]})"
+    """``data.csv (sha256 0123456789ab)``: the file (or files) a fit used, by name and content."""
+    return f"{measurements.name} (sha256 {measurements.sha256[:SHA_PREFIX_CHARS]})"
 
 
 def fit_source(calibration: Calibration, measurements: MeasurementFile) -> str:
