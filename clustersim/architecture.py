@@ -246,7 +246,9 @@ class ModelShape:
     def weight_bytes(self) -> float:
         """Bytes of all weights of one model copy (embedding and LM head at 16 bits)."""
         embedding = self.embedding_params()
-        return (self.num_params() - embedding) * self.weight_bytes_per_param + embedding * self.embedding_bytes_per_param
+        return (
+            self.num_params() - embedding
+        ) * self.weight_bytes_per_param + embedding * self.embedding_bytes_per_param
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over all layers on one model copy."""
@@ -359,13 +361,11 @@ class GpuSpec:
 
         engine_spec = EngineSpec.from_profile(engine)
         family = hardware.family.value if hardware.family is not None else None
-        found = (engine.efficiency or {}).get(family) if family is not None else None  # type: ignore[call-overload]
+        found = (engine.efficiency or {}).get(family) if family is not None else None
         scales = found or EfficiencyScales()
 
-        def scaled(value: float | None, scale: Cited[float] | None) -> float | None:
-            if value is None or scale is None:
-                return value
-            return min(1.0, value * scale.value)
+        def scaled(value: float, scale: Cited[float] | None) -> float:
+            return value if scale is None else min(1.0, value * scale.value)
 
         memory_frac = hardware.memory_efficiency_frac.value
         elementwise = scaled(memory_frac, scales.elementwise_scale)

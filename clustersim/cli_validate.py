@@ -64,12 +64,26 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.command("validate")
 @click.argument("corpus", required=False, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), help="Output folder [default: runs/validate-TIME].")
-@click.option("--rows", "patterns", multiple=True, metavar="PATTERN", help="Only rows whose id matches (glob), or a publisher.")
+@click.option(
+    "--rows", "patterns", multiple=True, metavar="PATTERN", help="Only rows whose id matches (glob), or a publisher."
+)
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Worker processes [default: every core].")
 @click.option("--profiles", "profiles_dir", type=click.Path(path_type=Path), help="A hardware_profiles folder to use.")
 @click.option("--fit", "do_fit", is_flag=True, help="Fit the engines' efficiency scales, cross-validated by publisher.")
-@click.option("--iterations", type=click.IntRange(min=1), default=8, show_default=True, help="Solver evaluations of the all-rows fit.")
-@click.option("--fold-iterations", type=click.IntRange(min=1), default=5, show_default=True, help="... of each leave-one-publisher-out fit.")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Solver evaluations of the all-rows fit.",
+)
+@click.option(
+    "--fold-iterations",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="... of each leave-one-publisher-out fit.",
+)
 @click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--doc", metavar="FILE.md", help="Also write the tables into their blocks of that Markdown file.")
@@ -119,7 +133,7 @@ def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, j
                               on_row=lambda _row, status: bar.advance(failed=status == "failed"))  # fmt: skip
     summary = corpus_summary(outcomes)
     click.echo(summary)
-    by_engine, by_gpu, table = _report(outcomes, "mean absolute percentage error with the profiles as they are")
+    _report(outcomes, "mean absolute percentage error with the profiles as they are (fitted to these rows)")
     skipped = skipped_table(outcomes)
     click.echo("\nnot simulated:\n" + skipped)
     click.echo(f"\nwrote {folder}/ (rows, comparisons .parquet/.csv; scenarios/, runs/)")

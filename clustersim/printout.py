@@ -136,7 +136,8 @@ def _kv_cache_line(cache: dict[str, Any], num_groups: int) -> str:
     line = f"KV cache: {cache['tokens_per_replica']:,} tokens per replica"
     if "kv_gib_per_gpu" in cache:
         line += (
-            f" (per GPU, of {cache['gpu_memory_gib']:.1f} GiB x {cache['gpu_memory_frac']:g} by the {cache['rule']} rule: "
+            f" (per GPU, of {cache['gpu_memory_gib']:.1f} GiB x {cache['gpu_memory_frac']:g} "
+            f"by the {cache['rule']} rule: "
             f"weights {cache['weights_gib_per_gpu']:.2f} GiB, activations {cache['activations_gib_per_gpu']:.2f}, "
             f"runtime {cache['runtime_gib_per_gpu']:.2f}, KV {cache['kv_gib_per_gpu']:.2f})"
         )

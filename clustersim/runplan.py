@@ -225,7 +225,9 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
         gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     if tp * pp > 1 and gpu.engine.step_overhead_per_worker_s:  # the step's inputs go to every worker
-        gpu = dataclasses.replace(gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s)
+        gpu = dataclasses.replace(
+            gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s
+        )
     if model.num_attention_heads % tp:
         raise ConfigError(
             source,

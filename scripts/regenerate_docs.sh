@@ -2,12 +2,18 @@
 # Rewrite every table of measured figures in README.md and docs/ with the command that measures it.
 # Each command writes its own block (--doc FILE#name) and names itself under the table. Tables whose
 # scenarios replay the public traces in ../shared/ground_truth need that folder next to the checkout.
-# Takes about 15 minutes on 2 cores (the benchmark's 1M-request cases are most of it).
+# Takes about 15 minutes on 2 cores (the benchmark's 1M-request cases are most of it), plus the corpus fit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met %"
+
+# docs/validation.md and the engine profiles: the public corpus, the engines' efficiency scales fitted to it
+# and every row predicted with its publisher left out (about 90 minutes on 2 cores); first, since every
+# other figure is priced with the profiles it writes
+clustersim validate --fit --write-profiles --quiet --out "$out/corpus-fit" --doc docs/validation.md
+cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
 
 # README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
 clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan

@@ -43,7 +43,8 @@ SUMMARY_KEYS = ("mean_ttft_ms", "mean_itl_ms", "output_throughput")
 
 def is_vllm_result(value: Mapping[str, Any]) -> bool:
     """Whether a JSON object looks like a ``--save-result`` file's."""
-    return "completed" in value and "request_rate" in value and any(key in value for key in SUMMARY_KEYS)
+    has_traffic = "completed" in value or "request_rate" in value
+    return has_traffic and any(key in value for key in SUMMARY_KEYS)
 
 
 def _request_rate(doc: JsonObject) -> float:

@@ -191,7 +191,8 @@ class EngineProfile(_Physical):
     ``cuda_graph_mixed_steps``: CUDA graphs also cover steps with prompt tokens, up to
     ``cuda_graph_max_seqs`` tokens in all (piecewise graphs, vLLM V1); otherwise only pure-decode
     steps of up to that many sequences replay a graph; a replayed graph computes the step padded to
-    the next captured size (1, 2, 4, then multiples of ``cuda_graph_pad_tokens``). ``kv_memory_rule``: how the engine sizes its
+    the next captured size (1, 2, 4, then multiples of ``cuda_graph_pad_tokens``). ``kv_memory_rule``:
+    how the engine sizes its
     KV cache from the memory the GPU reports (``memory_reported_bytes``) with ``f`` the scenario's
     ``kv.gpu_memory_frac`` (the engine's default unless set): ``of_total`` (vLLM:
     ``f x total - weights - activation peak - runtime``), ``static`` (SGLang's

@@ -223,7 +223,9 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     launch every kernel eagerly. Every sequence samples one token.
     """
     engine = gpu.engine
-    launch_s = engine.launch_overhead_per_layer_graph_s if graphed(batch, gpu) else engine.launch_overhead_per_layer_eager_s
+    launch_s = (
+        engine.launch_overhead_per_layer_graph_s if graphed(batch, gpu) else engine.launch_overhead_per_layer_eager_s
+    )
     return (
         gpu.step_overhead_s
         + batch.num_seqs * (engine.per_seq_overhead_s + engine.sampling_per_seq_s)

@@ -77,7 +77,7 @@ KV_PRECISIONS = ("bf16", "fp16", "fp8")
 REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kind")
 # what a row's deployment did beyond its columns (``features``, separated by ``;``)
 FEATURES = {
-    "dp_attention": "attention data-parallel across the GPUs with expert-parallel or TP MoE (SGLang/TRT-LLM DP attention)",
+    "dp_attention": "attention data-parallel across the GPUs (SGLang/TRT-LLM DP attention) beside TP or EP MoE",
     "disaggregated": "prefill and decode on separate instances",
     "eager": "no CUDA graphs (--enforce-eager, --disable-cuda-graph)",
     "spec_decode": "speculative decoding (draft model, EAGLE, MTP, n-gram)",
@@ -209,7 +209,11 @@ def _features(text: str, where: str) -> frozenset[str]:
     found = frozenset(f.strip() for f in text.split(";") if f.strip())
     for name in sorted(found):
         if name not in FEATURES:
-            raise ConfigError(where, "features", f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {', '.join(FEATURES)}")
+            raise ConfigError(
+                where,
+                "features",
+                f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {', '.join(FEATURES)}",
+            )
     return found
 
 

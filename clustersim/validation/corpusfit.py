@@ -145,7 +145,9 @@ def reference_engines(catalogue: Catalogue) -> dict[str, EngineProfile]:
     return engines
 
 
-def engines_with(base: Mapping[str, EngineProfile], params: Sequence[FitParam], values: Sequence[float]) -> dict[str, EngineProfile]:
+def engines_with(
+    base: Mapping[str, EngineProfile], params: Sequence[FitParam], values: Sequence[float]
+) -> dict[str, EngineProfile]:
     """The engine profiles with the parameters set to ``values`` (natural units)."""
     engines = dict(base)
     for name in {p.engine for p in params}:

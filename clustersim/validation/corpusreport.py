@@ -53,7 +53,11 @@ def error_table(found: Sequence[Comparison], by_gpu: bool = True) -> str:
         parts = [ENGINE_NAMES.get(engine, engine), gpu]
         for kind in METRIC_KINDS:
             cell = cells.get((engine, gpu, kind))
-            parts += ["0", "-", "-"] if cell is None else [str(cell.num_rows), f"{cell.mape_pct:.1f}", f"{cell.bias_pct:+.1f}"]
+            parts += (
+                ["0", "-", "-"]
+                if cell is None
+                else [str(cell.num_rows), f"{cell.mape_pct:.1f}", f"{cell.bias_pct:+.1f}"]
+            )
         lines.append("| " + " | ".join(parts) + " |")
     return "\n".join(lines)
 
@@ -102,5 +106,7 @@ def fit_table(params: Sequence[FitParam], values: Sequence[float], num_rows: dic
     """The fitted scales: engine, what they scale, GPU family, value, rows they rest on (Markdown)."""
     lines = ["| engine | scale | GPU family | value | rows |", "|---|---|---|---|---|"]
     for param, value in zip(params, values, strict=True):
-        lines.append(f"| {param.engine} | {param.kind} | {param.family or 'all'} | {value:.3f} | {num_rows[param.label]} |")
+        lines.append(
+            f"| {param.engine} | {param.kind} | {param.family or 'all'} | {value:.3f} | {num_rows[param.label]} |"
+        )
     return "\n".join(lines)

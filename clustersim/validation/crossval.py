@@ -113,20 +113,22 @@ def fit_corpus(
 def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
     """The ``efficiency:`` block of one engine profile holding the fitted scales, each with ``source``."""
     families: dict[str, list[str]] = {}
-    moe = next((v for p, v in zip(result.params, result.values, strict=True) if p.engine == engine and p.kind == "moe"), None)
+    moe = next(
+        (v for p, v in zip(result.params, result.values, strict=True) if p.engine == engine and p.kind == "moe"), None
+    )
     for param, value in zip(result.params, result.values, strict=True):
         if param.engine != engine or param.family is None:
             continue
         lines = families.setdefault(param.family, [])
         rows = result.num_rows[param.label]
         for name in SCALE_FIELDS[param.kind]:
-            lines.append(f"    {name}:\n      value: {value:.4g}\n      source: \"{source}; {rows} rows\"")
+            lines.append(f'    {name}:\n      value: {value:.4g}\n      source: "{source}; {rows} rows"')
     text = "efficiency:\n"
     for family, lines in sorted(families.items()):
         text += f"  {family}:\n" + "\n".join(lines) + "\n"
         if moe is not None:
             rows = result.num_rows[f"{engine}.moe"]
-            text += f"    moe_scale:\n      value: {moe:.4g}\n      source: \"{source}; {rows} MoE rows\"\n"
+            text += f'    moe_scale:\n      value: {moe:.4g}\n      source: "{source}; {rows} MoE rows"\n'
     return text
 
 

@@ -90,7 +90,12 @@ DATASET_SHAPES: dict[str, LengthShape] = {
     ),
 }
 GENERIC_SHAPE = LengthShape(
-    "lognormal", 0.7, 0.7, 32768, 8192, "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means"
+    "lognormal",
+    0.7,
+    0.7,
+    32768,
+    8192,
+    "assumption: a dataset without a known shape, lognormal with sigma 0.7 at its means",
 )
 # deployments the corpus runner does not re-create, and why (the row's features)
 UNMODELLED_FEATURES = {
@@ -182,7 +187,10 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
         return None, None, "mean prompt and output lengths are not published"
     prompt, output = max(1, round(row.prompt_tokens)), max(1, round(row.output_tokens))
     if row.dataset in FIXED_DATASETS:
-        fixed = {"prompt_tokens": {"kind": "fixed", "tokens": prompt}, "output_tokens": {"kind": "fixed", "tokens": output}}
+        fixed = {
+            "prompt_tokens": {"kind": "fixed", "tokens": prompt},
+            "output_tokens": {"kind": "fixed", "tokens": output},
+        }
         return fixed, None, None
     shape = DATASET_SHAPES.get(row.dataset, GENERIC_SHAPE)
 
@@ -190,7 +198,13 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
         if shape.kind == "uniform":
             return {"kind": "uniform", "min_tokens": 1, "max_tokens": max(1, 2 * mean - 1)}
         median = max(1, round(mean / math.exp(sigma * sigma / 2.0)))
-        return {"kind": "lognormal", "median_tokens": median, "sigma": sigma, "min_tokens": 1, "max_tokens": max(cap, 2 * mean)}
+        return {
+            "kind": "lognormal",
+            "median_tokens": median,
+            "sigma": sigma,
+            "min_tokens": 1,
+            "max_tokens": max(cap, 2 * mean),
+        }
 
     lengths = {
         "prompt_tokens": drawn(prompt, shape.prompt_sigma, shape.max_prompt_tokens),
@@ -239,7 +253,9 @@ def _longest_prompt(lengths: dict[str, Any]) -> int:
     return int(prompt["tokens"] if prompt["kind"] == "fixed" else prompt["max_tokens"])
 
 
-def _trtllm_bench(row: CorpusRow, profile: ModelProfile, hardware: HardwareProfile, precision: str | None) -> BenchSettings:
+def _trtllm_bench(
+    row: CorpusRow, profile: ModelProfile, hardware: HardwareProfile, precision: str | None
+) -> BenchSettings:
     """The batch limits ``trtllm-bench throughput`` picks for the row's model, GPUs and lengths."""
     model = ModelShape.from_profile(profile, precision, row.kv_precision)  # type: ignore[arg-type]
     reported = hardware.memory_reported_bytes
@@ -262,14 +278,15 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     hardware = _lookup_hardware(row.gpu, catalogue)
     if hardware is None:
         return skip(f"no hardware profile for {row.gpu}")
-    model = resolve_model(row.model, catalogue)
-    if model is None:
+    resolved = resolve_model(row.model, catalogue)
+    if resolved is None:
         return skip(f"no model profile for {row.model}")
+    model: str = resolved
     if row.ep > 1:
         return skip("expert parallelism is not modelled")
-    for feature, reason in UNMODELLED_FEATURES.items():
+    for feature, why in UNMODELLED_FEATURES.items():
         if feature in row.features:
-            return skip(reason)
+            return skip(why)
     precision, reason = _precision(row, hardware)
     if reason is not None:
         return skip(reason)
@@ -302,7 +319,9 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     assumed: list[str] = [assumption] if assumption else []
     budget = scheduler.get("max_num_batched_tokens")
     if budget is not None and scheduler.get("max_num_seqs", 0) > budget:  # a step holds one token per sequence
-        assumed.append(f"max_num_seqs {scheduler['max_num_seqs']} > max_num_batched_tokens {budget}: at most {budget} run")
+        assumed.append(
+            f"max_num_seqs {scheduler['max_num_seqs']} > max_num_batched_tokens {budget}: at most {budget} run"
+        )
         scheduler["max_num_seqs"] = budget
     kv: dict[str, Any] = {}
     if row.engine == "trtllm" and row.load_kind == "offline" and not scheduler:

@@ -103,7 +103,9 @@ def _finished(run_dir: Path, sha: str) -> bool:
 def _write_scenario(folder: Path, built: RowScenario) -> Path:
     assert built.mapping is not None
     path = folder / f"{built.row.row_id}.yaml"
-    header = f"# {built.row.row_id}: {built.row.setting()}\n# source: {built.row.source_url} ({built.row.source_where})\n"
+    header = (
+        f"# {built.row.row_id}: {built.row.setting()}\n# source: {built.row.source_url} ({built.row.source_where})\n"
+    )
     header += "".join(f"# assumed: {a}\n" for a in built.assumptions)
     text = header + yaml.safe_dump(built.mapping, sort_keys=False)
     if not path.is_file() or path.read_text(encoding="utf-8") != text:

@@ -189,3 +189,39 @@ def test_help_describes_the_csv() -> None:
     assert result.exit_code == 0
     for words in ("DATA.csv", "load_kind", "rate_per_s", "--train-frac", "--fit-gpu", "leave-one-out"):
         assert words in result.output
+
+
+# ----------------------------------------------------------------------------- benchmark tools' files
+TOOL_DATA = Path(__file__).resolve().parents[1] / "data" / "calibrate"
+
+
+def test_calibrates_from_a_vllm_json_replaying_its_requests(tmp_path: Path) -> None:
+    out, figure = tmp_path / "my-vllm.yaml", tmp_path / "parity.png"
+    result = cli("calibrate", str(TOOL_DATA / "vllm-detailed.json"), "--hardware", "H100-SXM", "--engine", "vllm-v0.6",
+                 "--out", str(out), "--fit", "step_overhead_s", "--out-figure", str(figure))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out_text = result.output
+    assert "calibrated engine 'vllm-v0.6' on vllm-detailed.json (sha256" in out_text and ": 1 rows" in out_text
+    assert "H100-SXM Llama-3.1-8B TP1 rate 2/s, 5 requests, mean 106 in" in out_text  # model id from the file
+    for label in ("TTFT ms", "ITL ms", "out tok/s", "TTFT p99", "ITL p99", "r (fitted)"):
+        assert label in out_text
+    assert f"wrote {out}" in out_text and f"wrote {figure}" in out_text and figure.stat().st_size > 0
+    engine = load_profile_file(out, EngineProfile)
+    assert "fitted by `clustersim calibrate` on vllm-detailed.json (sha256" in engine.step_overhead_s.source
+    assert engine.step_overhead_s.value > VLLM.step_overhead_s.value  # the measurements are slower than the base
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ([], "vllm-summary.json: a benchmark tool's JSON does not say which GPU it ran on: give --hardware"),
+        (["--hardware", "H100-SXM", "--out-figure", "p.svg"], "--out-figure: p.svg must end in .png"),
+        (["--hardware", "H100-SXM", "--tensor-parallel", "0"], "Invalid value for '--tensor-parallel'"),
+        (["--hardware", "H100-SXM", "--model", "Llama-9"], "--model: unknown model 'Llama-9'"),
+    ],
+)
+def test_refusals_for_tool_files_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
+    result = CliRunner().invoke(main, ["calibrate", str(TOOL_DATA / "vllm-summary.json"), "--engine", "vllm-v0.6",
+                                       "--out", str(tmp_path / "e.yaml"), *args])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert words in result.stderr and not (tmp_path / "e.yaml").exists()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clustersim.calibration.measurements import Measurement
-from clustersim.calibration.simulate import RowProfiles, predict, row_mapping, row_scenario
+from clustersim.calibration.simulate import RowProfiles, arrival_times_s, predict, row_mapping, row_scenario
 from clustersim.config.catalogue import Catalogue
 from clustersim.errors import ClusterSimError, ConfigError
 
@@ -101,3 +101,64 @@ def test_a_setting_the_replica_cannot_serve_is_refused(tmp_path: Path) -> None:
     too_long = row("batch", 1, prompt=200_000)
     with pytest.raises(ClusterSimError, match=r"d\.csv:7: only 0 of 1 requests completed"):
         predict(row_scenario(too_long, "vllm-v0.6", tmp_path / "d.csv"), profiles_of(too_long), tmp_path / "run")
+
+
+# ----------------------------------------------------------------------------- rows from benchmark tools' files
+LISTED = ((0.0, 128, 16), (0.9, 64, 12), (0.4, 96, 8))
+
+
+def test_listed_requests_of_a_rate_row_arrive_at_their_send_times() -> None:
+    raw = row_mapping(row("rate_per_s", 2.0, requests=LISTED), "vllm-v0.6")
+    arrival = raw["workload"]["tenants"][0]["arrival"]
+    assert arrival["requests"] == [  # in time order, each with its own lengths
+        {"arrival_at_s": 0.0, "prompt_tokens": 128, "output_tokens": 16},
+        {"arrival_at_s": 0.4, "prompt_tokens": 96, "output_tokens": 8},
+        {"arrival_at_s": 0.9, "prompt_tokens": 64, "output_tokens": 12},
+    ]
+    assert "stop" not in raw and raw["scheduler"]["max_num_seqs"] == 256
+
+
+def test_listed_requests_without_send_times_draw_the_rate_in_order() -> None:
+    untimed = tuple((None, p, o) for _, p, o in LISTED)
+    even = row_mapping(row("rate_per_s", 4.0, requests=untimed, interarrival_cv=0.0), "vllm-v0.6")
+    requests = even["workload"]["tenants"][0]["arrival"]["requests"]
+    assert [(r["arrival_at_s"], r["prompt_tokens"]) for r in requests] == [(0.0, 128), (0.25, 64), (0.5, 96)]
+    poisson = row("rate_per_s", 4.0, requests=untimed)
+    times = arrival_times_s(poisson, 3)
+    assert times[0] == 0.0 and times == sorted(times) and times == arrival_times_s(poisson, 3)  # seeded
+    assert times != [0.0, 0.25, 0.5]
+
+
+def test_listed_requests_of_a_batch_arrive_together_and_run_together() -> None:
+    raw = row_mapping(row("batch", 3, requests=LISTED), "vllm-v0.6")
+    arrival = raw["workload"]["tenants"][0]["arrival"]
+    assert [r["arrival_at_s"] for r in arrival["requests"]] == [0.0, 0.0, 0.0]
+    assert [r["prompt_tokens"] for r in arrival["requests"]] == [128, 64, 96]  # the file's order
+    assert raw["scheduler"]["max_num_batched_tokens"] == 8192  # at least the prompts together (288)
+
+
+def test_listed_requests_of_a_closed_loop_draw_their_lengths() -> None:
+    raw = row_mapping(row("concurrency", 2, requests=LISTED), "vllm-v0.6")
+    tenant = raw["workload"]["tenants"][0]
+    assert tenant["arrival"]["kind"] == "closed_loop" and tenant["arrival"]["num_users"] == 2
+    assert tenant["prompt_tokens"] == {"kind": "empirical", "values": [128, 64, 96]}
+    assert tenant["output_tokens"] == {"kind": "empirical", "values": [16, 12, 8]}
+    assert raw["stop"] == {"max_requests": 3}
+
+
+def test_a_summary_row_simulates_the_benchmarks_count_and_arrival_spread() -> None:
+    closed = row_mapping(row("concurrency", 8, num_requests=20), "vllm-v0.6", num_requests=200)
+    assert closed["stop"] == {"max_requests": 20}  # the benchmark's own count, not 4 per user
+    gamma = row_mapping(row("rate_per_s", 3.0, num_requests=50, interarrival_cv=0.5), "vllm-v0.6")
+    assert gamma["workload"]["tenants"][0]["arrival"] == {"kind": "gamma", "rate_per_s": 3.0, "cv": 0.5}
+    assert gamma["stop"] == {"max_requests": 50}
+    constant = row_mapping(row("rate_per_s", 3.0, interarrival_cv=0.0), "vllm-v0.6")
+    assert constant["workload"]["tenants"][0]["arrival"]["cv"] == 1e-3  # the schema's most regular gamma
+
+
+def test_a_replayed_row_runs_and_predicts_tails_too(tmp_path: Path) -> None:
+    replayed = row("rate_per_s", 2.0, requests=LISTED)
+    figures = predict(row_scenario(replayed, "vllm-v0.6", tmp_path / "d.json"), profiles_of(replayed), tmp_path / "r")
+    assert set(figures) == {"ttft_s", "itl_s", "output_tokens_per_s", "ttft_p99_s", "itl_p99_s"}
+    assert figures["ttft_p99_s"] is not None and figures["ttft_s"] is not None
+    assert figures["ttft_p99_s"] >= figures["ttft_s"] > 0

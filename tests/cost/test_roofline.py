@@ -13,11 +13,11 @@ from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_byte
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.roofline import (
-    padded_tokens,
     all_reduce_time_s,
     blend_s,
     engine_overhead_s,
     overlapped_s,
+    padded_tokens,
     send_recv_time_s,
 )
 
@@ -373,9 +373,14 @@ def test_graphed_decode_steps_run_at_the_next_captured_size(tokens, padded):
     decode = StepBatch(num_decode_seqs=tokens, decode_context_tokens=tokens)
     assert padded_tokens(decode, gpu) == padded
     # the linear layers compute the padded batch; attention only the real sequences
-    assert price_step(decode, TOY, gpu, 1).op("linear").flops == price_step(
-        StepBatch(num_decode_seqs=padded, decode_context_tokens=padded), TOY, replace(GPU, engine=engine), 1
-    ).op("linear").flops
+    assert (
+        price_step(decode, TOY, gpu, 1).op("linear").flops
+        == price_step(
+            StepBatch(num_decode_seqs=padded, decode_context_tokens=padded), TOY, replace(GPU, engine=engine), 1
+        )
+        .op("linear")
+        .flops
+    )
     unpadded = replace(GPU, engine=replace(engine, cuda_graph_pad_tokens=1))
     assert price_step(decode, TOY, gpu, 1).op("attention_decode") == price_step(decode, TOY, unpadded, 1).op(
         "attention_decode"

@@ -54,7 +54,13 @@ def write(folder: Path, name: str, rows: list[dict[str, str]], header: tuple[str
 
 def test_a_good_file_loads(tmp_path):
     (row,) = load_corpus_file(write(tmp_path, "lab.csv", [GOOD]))
-    assert (row.row_id, row.engine, row.load_kind, row.load, row.num_requests) == ("lab-a", "vllm", "concurrency", 8.0, 80)
+    assert (row.row_id, row.engine, row.load_kind, row.load, row.num_requests) == (
+        "lab-a",
+        "vllm",
+        "concurrency",
+        8.0,
+        80,
+    )
     assert row.metrics == {"output_tok_per_s": 1234.5, "ttft_mean_ms": 50.0}
     assert row.gpu_memory_frac == 0.9 and row.features == frozenset()
     assert row.where == "lab.csv:3"  # the comment line counts
@@ -71,7 +77,10 @@ def test_a_good_file_loads(tmp_path):
         ({"output_tok_per_s": "", "ttft_mean_ms": ""}, "lab.csv:3: output_tok_per_s: the row publishes no metric"),
         ({"gpu_memory_frac": "90"}, "lab.csv:3: gpu_memory_frac: '90' must be a fraction in (0, 1]"),
         ({"features": "eagr"}, "lab.csv:3: features: unknown feature 'eagr' (did you mean 'eager'?)"),
-        ({"weight_precision": "fp6"}, "lab.csv:3: weight_precision: 'fp6' is not one of bf16, fp16, fp8, fp4, int4, int8"),
+        (
+            {"weight_precision": "fp6"},
+            "lab.csv:3: weight_precision: 'fp6' is not one of bf16, fp16, fp8, fp4, int4, int8",
+        ),
     ],
 )
 def test_a_bad_value_names_file_line_and_column(tmp_path, change, message):

@@ -35,7 +35,9 @@ def test_validate_runs_rows_prints_errors_and_reuses_runs(tmp_path):
     assert "| skipped | no model profile for acme/unknown-13b | 1 |" in result.output
     with (out / "comparisons.csv").open() as handle:
         rows = list(csv.DictReader(handle))
-    assert {(r["row_id"], r["metric"]) for r in rows} == {(i, m) for i in ("lab-a", "lab-b") for m in ("output_tok_per_s", "ttft_mean_ms")}
+    assert {(r["row_id"], r["metric"]) for r in rows} == {
+        (i, m) for i in ("lab-a", "lab-b") for m in ("output_tok_per_s", "ttft_mean_ms")
+    }
     mtime = (out / "runs" / "lab-a" / "requests.parquet").stat().st_mtime_ns
     again = runner.invoke(main, ["validate", str(folder), "--out", str(out), "--jobs", "1", "--quiet"])
     assert again.exit_code == 0
