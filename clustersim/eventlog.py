@@ -118,6 +118,8 @@ class RunLog:
         self.lifecycle: list[LifecycleRecord] | None = None
         # the KV caches moved between replicas, written as transfers.parquet at the close (disaggregation)
         self.transfers: list[TransferRecord] | None = None
+        # the HTTP front ends' summary block, when requests passed one (clustersim.frontend)
+        self.frontend: dict[str, float | int] | None = None
         self._out_dir, self._metadata = out_dir, metadata
 
     def record_request(self, request: Request) -> None:

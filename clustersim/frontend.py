@@ -32,6 +32,9 @@ class FrontEnd:
         self.per_output_token_s = per_output_token_s
         self.free_at_s = 0.0
         self.busy_s = 0.0
+        self.num_requests = 0
+        self.delay_s = 0.0  # from arrival to the replica's queue, summed over requests
+        self.max_delay_s = 0.0
 
     @property
     def active(self) -> bool:
@@ -45,6 +48,9 @@ class FrontEnd:
         work_s = self.per_request_s + self.per_output_token_s * request.output_tokens
         self.free_at_s = start_s + work_s
         self.busy_s += work_s
+        self.num_requests += 1
+        self.delay_s += ready_s - now
+        self.max_delay_s = max(self.max_delay_s, ready_s - now)
         if ready_s == now:
             deliver(request)
             return
@@ -54,3 +60,16 @@ class FrontEnd:
             deliver(request)
 
         timer.callbacks.append(handed)
+
+
+def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, float | int]:
+    """The summary's ``frontend`` block: how busy the API servers were and how long requests spent there."""
+    num = sum(f.num_requests for f in frontends)
+    busy = [f.busy_s / span_s for f in frontends] if span_s > 0 else [0.0]
+    return {
+        "num_requests": num,
+        "mean_busy_frac": sum(busy) / len(busy),
+        "max_busy_frac": max(busy),
+        "mean_delay_s": sum(f.delay_s for f in frontends) / num if num else 0.0,
+        "max_delay_s": max(f.max_delay_s for f in frontends),
+    }

@@ -65,6 +65,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"mean batch {_fmt(replicas['mean_batch_seqs'], digits=1)} seqs, "
         f"KV peak {_fmt(replicas['kv_peak_used_frac'], 100, 1)}%, preemptions {replicas['num_preemptions']}"
     )
+    if "frontend" in summary:
+        front = summary["frontend"]
+        lines.append(
+            f"front end (API server): {_fmt(front['mean_busy_frac'], 100, 1)}% busy (max {_fmt(front['max_busy_frac'], 100, 1)}%), "
+            f"{_fmt(front['mean_delay_s'], 1e3, 1)} ms mean from arrival to the engine (max {_fmt(front['max_delay_s'], 1e3, 1)})"
+        )
     for cache in summary.get("kv_cache", [])[:1]:
         lines.append(_kv_cache_line(cache, len(summary.get("kv_cache", []))))
     if "faults" in summary:

@@ -133,6 +133,8 @@ def _run_into(
         raise
     summary = summarize_run(plan, requests, steps, memory, gaps, measured)
     summary.update(design_blocks(plan, summary, requests, lifecycle, transfers))
+    if log.frontend is not None:
+        summary["frontend"] = log.frontend
     summary["simulator"] = {"fast_forward": plan.scenario.simulation.fast_forward, "num_events": clock.num_events}
     _write_json_atomically(out_dir / "summary.json", summary)
     incomplete.unlink()

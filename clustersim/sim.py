@@ -18,7 +18,7 @@ from clustersim.config.scenario import Scenario
 from clustersim.disagg import Endpoint, KVTransfers
 from clustersim.eventlog import RunLog
 from clustersim.faults import FaultInjector
-from clustersim.frontend import FrontEnd
+from clustersim.frontend import FrontEnd, frontend_summary
 from clustersim.lifecycle import Lifecycle, Slot
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.core import Core
@@ -267,6 +267,8 @@ def simulate(
             clock.run(until=clock.timer_at(scenario.stop.horizon_s, HORIZON_PRIORITY))  # before anything else due then
         else:
             clock.run()
+    if frontends is not None:
+        log.frontend = frontend_summary(frontends, clock.now)
     in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
     for request in [*(r for replica in replicas for r in replica.stop()), *in_flight]:
         log.record_request(request)
