@@ -63,3 +63,14 @@ def test_both_modes_agree(run_mapping, engine_file):
     fast = scenario(engine_file)
     step = {**fast, "simulation": {"fast_forward": False}}
     assert read_requests(run_mapping(fast)) == read_requests(run_mapping(step))
+
+
+def test_the_summary_says_how_busy_the_front_end_was(run_mapping, engine_file):
+    summary = run_mapping(scenario(engine_file)).summary
+    front = summary["frontend"]
+    # busy 3 x 0.5 s + 6 tokens x 0.25 s = 3 s; delays 0.5 + 1.75 + 0.5 s over 3 requests
+    assert front["num_requests"] == 3
+    assert front["mean_busy_frac"] == pytest.approx(3.0 / summary["makespan_s"])
+    assert front["mean_delay_s"] == pytest.approx((0.5 + 1.75 + 0.5) / 3)
+    assert front["max_delay_s"] == pytest.approx(1.75)
+    assert "frontend" not in run_mapping(scenario(engine_file, frontend=False)).summary
