@@ -39,6 +39,7 @@ serve (or benchmark_serving.py), a GuideLLM report (one row per benchmark) or a 
 profile export. Give --hardware for them (and --tensor-parallel, --weight-precision; --model when
 the file's model id is not in the catalogue). Per-request lists in the file (vLLM --save-detailed,
 GuideLLM's requests) are replayed: the same lengths, and the same send times of a rate benchmark.
+Their p99 TTFT and ITL are predicted and scored, not fitted.
 Give several DATA files or a folder of them, in any mix of formats:
 
 \b

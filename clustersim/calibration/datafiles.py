@@ -31,6 +31,7 @@ from clustersim.calibration.benchruns import BenchmarkRun
 from clustersim.calibration.guidellmreport import guidellm_run, is_guidellm_report
 from clustersim.calibration.jsonfields import JsonObject
 from clustersim.calibration.measurements import (
+    METRICS,
     PRECISIONS,
     Measurement,
     MeasurementFile,
@@ -170,7 +171,7 @@ def _measurement(run: BenchmarkRun, path: Path, source: str, options: FileOption
     measured = dict(run.measured)
     if run.output_tokens < 2 and run.requests is None:  # fixed one-token outputs have no gap to predict
         measured = {k: v for k, v in measured.items() if k not in ("itl_s", "itl_p99_s")}
-    if not measured:
+    if not any(metric in METRICS for metric in measured):
         raise ConfigError(source, "", "nothing measured but ITL, and the outputs are single tokens")
     return Measurement(
         line=run.index,

@@ -1,10 +1,11 @@
 """Fit profile parameters to measured settings, and score the fit on rows it did not see.
 
-The fit minimises the sum of squared ``log(predicted / measured)`` over every measured value of the
-training rows (a 10% miss on a 10 ms TTFT counts as much as on a 5,000 tok/s throughput) with
-scipy's bounded least squares (trust-region reflective, finite differences), from the base
-profile's values: deterministic, with no random restarts. Each prediction is a simulation
-(:mod:`.simulate`); a run is never repeated for the same row and values.
+The fit minimises the sum of squared ``log(predicted / measured)`` over every measured mean of the
+training rows (a 10% miss on a 10 ms TTFT counts as much as on a 5,000 tok/s throughput; a p99 from a
+benchmark tool's file is predicted and scored, not fitted) with scipy's bounded least squares
+(trust-region reflective, finite differences), from the base profile's values: deterministic, with no
+random restarts. Each prediction is a simulation (:mod:`.simulate`); a run is never repeated for the
+same row and values.
 
 Scores: in-sample (the fit's own rows), leave-one-out (each training row predicted by the same fit,
 from the base values, on the other training rows: nothing of the left-out row reaches its prediction)
@@ -23,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from clustersim.calibration.measurements import Measurement, MeasurementFile, catalogue_next_to
+from clustersim.calibration.measurements import Measurement, MeasurementFile, catalogue_next_to, fitted_values
 from clustersim.calibration.parameters import FitParameter, resolve_parameters, with_values
 from clustersim.calibration.simulate import DEFAULT_NUM_REQUESTS, Prediction, RowProfiles, predict, row_scenario
 from clustersim.config.loader import LoadedScenario
@@ -111,11 +112,11 @@ class Evaluator:
         return self._memo[key]
 
     def residuals(self, indices: Sequence[int], values: Sequence[float]) -> Array:
-        """``log(predicted / measured)`` of every measured value of the rows ``indices``."""
+        """``log(predicted / measured)`` of every fitted measured value (means, not p99s) of the rows ``indices``."""
         residuals = []
         for index in indices:
             predicted = self.predict(index, values)
-            for metric, measured in self.setup.rows[index].measured.items():
+            for metric, measured in fitted_values(self.setup.rows[index]).items():
                 value = predicted[metric]
                 if value is None or not value > 0:
                     raise ClusterSimError(f"{self.setup.scenarios[index].source}: the simulation gave no {metric}")

@@ -97,6 +97,12 @@ class Measurement:
         return f"{self.hardware} {self.model}{precision} TP{self.tensor_parallel} {kind} {load}, {lengths}"
 
 
+def fitted_values(row: Measurement) -> dict[Metric, float]:
+    """The measured values a fit minimises the error of: the means (TTFT, ITL, throughput), not the p99s,
+    which depend on what a few requests met and are scored only."""
+    return {metric: value for metric, value in row.measured.items() if metric in METRICS}
+
+
 @dataclass(frozen=True)
 class MeasurementFile:
     """The rows of one measurements file, with the file's name and content hash (for citations).
@@ -117,7 +123,7 @@ class MeasurementFile:
 
     @property
     def num_values(self) -> int:
-        """How many measured numbers the rows hold together."""
+        """How many measured numbers the rows hold together (p99s included)."""
         return sum(len(row.measured) for row in self.rows)
 
 

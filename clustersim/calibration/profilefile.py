@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from clustersim.calibration.fit import Calibration
-from clustersim.calibration.measurements import MeasurementFile
+from clustersim.calibration.measurements import MeasurementFile, fitted_values
 from clustersim.calibration.report import scores
 from clustersim.config.loader import format_validation_error
 from clustersim.config.profiles import EngineProfile, HardwareProfile
@@ -35,7 +35,7 @@ def citation(measurements: MeasurementFile) -> str:
 def fit_source(calibration: Calibration, measurements: MeasurementFile) -> str:
     """How the fitted values were made, with their errors: the text every fitted field's source shares."""
     setup, train = calibration.setup, calibration.train
-    num_values = sum(len(setup.rows[i].measured) for i in train)
+    num_values = sum(len(fitted_values(setup.rows[i])) for i in train)
     rows = f"all {len(train)} rows" if not calibration.test else f"{len(train)} of its {len(setup.rows)} rows"
     fields = ", ".join(p.label for p in setup.parameters)
     errors = []

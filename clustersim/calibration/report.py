@@ -3,9 +3,10 @@
 Errors are signed percentages, ``100 (predicted - measured) / measured``; a MAPE is the mean of their
 absolute values over (row, metric) pairs: in-sample (the fit's rows with the fitted values),
 leave-one-out (each training row by the fit without it) and held out (the rows outside the
-training set). Pearson's r of a metric is over every row that measured it, predicted with the fitted
-values (fit and held-out rows together), on the values themselves; with fewer than 3 values it is
-not given.
+training set). "overall" is over the means (TTFT, ITL, throughput), which the fit minimises; the
+p99s of a benchmark tool's file are scored on their own lines. Pearson's r of a metric is over every
+row that measured it, predicted with the fitted values (fit and held-out rows together), on the
+values themselves; with fewer than 3 values it is not given.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clustersim.calibration.fit import Calibration
-from clustersim.calibration.measurements import ALL_METRICS, Metric
+from clustersim.calibration.measurements import ALL_METRICS, METRICS, Metric
 from clustersim.calibration.simulate import Prediction
 
 LABELS: dict[Metric, tuple[str, float, str]] = {  # label, scale from the metric's unit, format
@@ -55,12 +56,14 @@ class Scores:
         return cls(by_metric)
 
     def mape(self, metric: Metric | None = None) -> float | None:
-        """Mean absolute percentage error of one metric, or of every value (None: nothing scored)."""
-        errors = self.by_metric[metric] if metric else [e for v in self.by_metric.values() for e in v]
+        """Mean absolute percentage error of one metric, or of every fitted value: the means, not the
+        p99s (None: nothing scored)."""
+        errors = self.by_metric[metric] if metric else [e for m in METRICS for e in self.by_metric[m]]
         return sum(errors) / len(errors) if errors else None
 
     def count(self, metric: Metric | None = None) -> int:
-        return len(self.by_metric[metric]) if metric else sum(len(v) for v in self.by_metric.values())
+        """How many values :meth:`mape` averages."""
+        return len(self.by_metric[metric]) if metric else sum(len(self.by_metric[m]) for m in METRICS)
 
 
 def scores(calibration: Calibration) -> dict[str, Scores]:
@@ -187,7 +190,8 @@ def format_report(calibration: Calibration, title: str) -> str:
             format_parameters(calibration),
             format_rows(calibration),
             format_scores(calibration)
-            + "\n(MAPE: mean absolute percentage error over the values counted; r: Pearson's correlation of the"
-            + " fitted predictions with the measurements over every row, '-' with fewer than 3 values)",
+            + "\n(MAPE: mean absolute percentage error over the values counted; 'overall': the means, which the fit"
+            + " minimises, not the p99s; r: Pearson's correlation of the fitted predictions with the measurements"
+            + " over every row, '-' with fewer than 3 values)",
         )
     )

@@ -61,6 +61,15 @@ def test_scores_table_gives_r_per_metric_over_every_row() -> None:
     assert next(line for line in table if line.startswith("overall")).endswith("-")
 
 
+def test_p99s_are_scored_on_their_own_not_overall() -> None:
+    calibration = calibration_of(
+        [{"ttft_s": 0.010, "ttft_p99_s": 0.020}], [{"ttft_s": 0.011, "ttft_p99_s": 0.030}], train=(0,)
+    )
+    table = {line.split("  ")[0]: line for line in format_scores(calibration).splitlines()}
+    assert "10.0% (1)" in table["TTFT ms"] and "50.0% (1)" in table["TTFT p99"]
+    assert "10.0% (1)" in table["overall"]  # the mean only: what the fit minimises
+
+
 def test_parity_figure_is_a_png(tmp_path: Path) -> None:
     series = [
         ParitySeries("TTFT ms", (10.0, 20.0, 30.0), (11.0, 19.0, 33.0), (False, False, True)),
