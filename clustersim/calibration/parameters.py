@@ -19,7 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union, get_args, get_origin
 
-from clustersim.config.profiles import AT_LEAST_ONE, MAY_BE_ZERO, Cited, EngineProfile, HardwareProfile
+from clustersim.config.profiles import (
+    AT_LEAST_ONE,
+    MAY_BE_ZERO,
+    Cited,
+    EfficiencyScales,
+    EngineProfile,
+    GpuFamily,
+    HardwareProfile,
+)
 from clustersim.errors import ConfigError, did_you_mean
 
 DEFAULT_ENGINE_FIELDS = ("step_overhead_s", "per_seq_overhead_s")
@@ -99,6 +107,8 @@ def _start(name: str, cited: Any, owner: str, where: str) -> float:
         return 0.0
     if name.endswith("_frac"):
         return ABSENT_FRACTION_START
+    if name.endswith("_scale"):  # an efficiency scale the engine does not set is 1
+        return 1.0
     raise ConfigError(where, name, f"{owner} gives no value to start the fit from")
 
 
@@ -110,12 +120,26 @@ def _parameter(name: str, hardware: str | None, cited: Any, where: str) -> FitPa
     return FitParameter(name, hardware, start, low, high, scale)
 
 
+def efficiency_fields() -> tuple[str, ...]:
+    """The engine's efficiency scales, named ``efficiency.<GPU family>.<scale>`` (fitted once for the engine)."""
+    families = get_args(GpuFamily)
+    return tuple(f"efficiency.{family}.{name}" for family in families for name in EfficiencyScales.model_fields)
+
+
+def _efficiency_start(engine: EngineProfile, name: str) -> Cited[float] | None:
+    _, family, field = name.split(".")
+    scales = (engine.efficiency or {}).get(family)  # type: ignore[call-overload]
+    return getattr(scales, field) if scales is not None else None
+
+
 def resolve_parameters(
     names: Sequence[str], engine: EngineProfile, hardware: Mapping[str, HardwareProfile], where: str = "--fit"
 ) -> tuple[FitParameter, ...]:
-    """The parameters for the fields ``names``: engine fields once, GPU fields once per GPU (by name)."""
-    engine_fields, gpu_fields = real_fields(type(engine)), real_fields(HardwareProfile)
-    fittable = (*engine_fields, *gpu_fields)
+    """The parameters for the fields ``names``: engine fields once (its efficiency scales as
+    ``efficiency.hopper.gemm_compute_scale``), GPU fields once per GPU (by name)."""
+    engine_fields = (*real_fields(type(engine)), *efficiency_fields())
+    gpu_fields = real_fields(HardwareProfile)
+    fittable = (*real_fields(type(engine)), *gpu_fields, "efficiency.<family>.<scale>")
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(where, name, "named twice")
@@ -129,7 +153,16 @@ def resolve_parameters(
     if not names:
         raise ConfigError(where, "", "no field to fit")
     gpu_only = [name for name in gpu_fields if name not in engine_fields]
-    parameters = [_parameter(name, None, getattr(engine, name), where) for name in names if name in engine_fields]
+    parameters = [
+        _parameter(
+            name,
+            None,
+            _efficiency_start(engine, name) if name.startswith("efficiency.") else getattr(engine, name),
+            where,
+        )
+        for name in names
+        if name in engine_fields
+    ]
     for gpu in sorted(hardware):
         parameters += [_parameter(name, gpu, getattr(hardware[gpu], name), where) for name in names if name in gpu_only]
     return tuple(parameters)
@@ -150,8 +183,15 @@ def with_values(
     """The engine and GPU profiles with the parameters set to ``values`` (their own units)."""
     engine_updates: dict[str, Any] = {}
     gpu_updates: dict[str, dict[str, Any]] = {name: {} for name in hardware}
+    efficiency: dict[str, dict[str, Any]] = {
+        family: dict(scales) for family, scales in (engine.efficiency or {}).items()
+    }
     for parameter, value in zip(parameters, values, strict=True):
-        if parameter.hardware is None:
+        if parameter.field.startswith("efficiency."):
+            _, family, field = parameter.field.split(".")
+            efficiency.setdefault(family, {})[field] = _cited(_efficiency_start(engine, parameter.field), value)
+            engine_updates["efficiency"] = {f: EfficiencyScales(**scales) for f, scales in efficiency.items()}
+        elif parameter.hardware is None:
             engine_updates[parameter.field] = _cited(getattr(engine, parameter.field), value)
         else:
             old = getattr(hardware[parameter.hardware], parameter.field)

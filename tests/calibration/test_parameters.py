@@ -105,3 +105,14 @@ def test_candidate_profiles_carry_the_values_and_keep_the_rest() -> None:
     assert new_gpus["H200"].memory_efficiency_frac.value == 0.9
     assert new_gpus["H200"].compute_efficiency_frac == GPUS["H200"].compute_efficiency_frac
     assert engine.step_overhead_s.value == 1.15e-3  # the base is untouched
+
+
+def test_an_engines_efficiency_scales_are_fittable_by_family() -> None:
+    (param,) = resolve_parameters(["efficiency.hopper.gemm_compute_scale"], VLLM, GPUS)
+    assert (param.field, param.hardware, param.start) == ("efficiency.hopper.gemm_compute_scale", None, 1.0)
+    engine, _ = with_values([param], [0.7], VLLM, GPUS)
+    assert engine.efficiency is not None
+    assert engine.efficiency["hopper"].gemm_compute_scale.value == 0.7  # type: ignore[union-attr]
+    assert engine.efficiency["hopper"].gemm_compute_scale.source == FITTING_SOURCE  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="efficiency.hoper.gemm_compute_scale: unknown profile field"):
+        resolve_parameters(["efficiency.hoper.gemm_compute_scale"], VLLM, GPUS)
