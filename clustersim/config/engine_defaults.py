@@ -52,6 +52,10 @@ def with_engine_defaults(scenario: Scenario, engine: EngineProfile, hardware: Ha
     scheduler = {k: v for k, v in engine_scheduler_defaults(engine, hardware).items() if k not in scheduler_set}
     kv_set = scenario.kv.model_fields_set
     kv = {k: v for k, v in _values(engine.kv).items() if k not in kv_set}
+    by_gpus = kv.pop("gpu_memory_frac_by_gpus", None)
+    if by_gpus and "gpu_memory_frac" not in kv_set:  # e.g. SGLang's mem_fraction_static falls with TP
+        gpus = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel
+        kv["gpu_memory_frac"] = by_gpus[max((k for k in by_gpus if k <= gpus), default=min(by_gpus))]
     policy = POLICIES.get(scheduler.get("policy", scenario.scheduler.policy))
     own = scenario.kv
     if kv.get("prefix_caching") and (own.allocator != "paged" or own.preemption == "swap" or policy.whole_sequence_kv):

@@ -173,6 +173,8 @@ class EngineKVDefaults(StrictModel):
     watermark_frac: Cited[float] | None = None
     block_size_tokens: Cited[int] | None = None
     gpu_memory_frac: Cited[float] | None = None
+    # the fraction by GPUs per replica (TP x PP): the value at the largest key not above them
+    gpu_memory_frac_by_gpus: Cited[dict[int, float]] | None = None
 
 
 class EngineProfile(_Physical):

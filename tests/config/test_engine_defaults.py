@@ -89,3 +89,12 @@ def test_a_budget_below_the_engines_default_seats_names_the_field_to_set():
     assert "test.yaml: scheduler:" in message
     assert "max_num_batched_tokens (512) must be at least max_num_seqs (1024)" in message
     assert "engine vllm-v1 sets" in message and "set the field in the scenario" in message
+
+
+@pytest.mark.parametrize(("tp", "frac"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)])
+def test_sglang_memory_fraction_falls_with_tensor_parallelism(tp: int, frac: float) -> None:
+    raw = bare("sglang")
+    raw["cluster"]["tensor_parallel"] = tp
+    assert planned(raw).kv.gpu_memory_frac == frac
+    raw["kv"] = {"gpu_memory_frac": 0.7}
+    assert planned(raw).kv.gpu_memory_frac == 0.7  # the scenario's own wins
