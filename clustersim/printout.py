@@ -67,9 +67,11 @@ def format_summary(summary: dict[str, Any]) -> str:
     )
     if "frontend" in summary:
         front = summary["frontend"]
+        busy, busiest = _fmt(front["mean_busy_frac"], 100, 1), _fmt(front["max_busy_frac"], 100, 1)
+        delay, longest = _fmt(front["mean_delay_s"], 1e3, 1), _fmt(front["max_delay_s"], 1e3, 1)
         lines.append(
-            f"front end (API server): {_fmt(front['mean_busy_frac'], 100, 1)}% busy (max {_fmt(front['max_busy_frac'], 100, 1)}%), "
-            f"{_fmt(front['mean_delay_s'], 1e3, 1)} ms mean from arrival to the engine (max {_fmt(front['max_delay_s'], 1e3, 1)})"
+            f"front end (API server): {busy}% busy (max {busiest}%), "
+            f"{delay} ms mean from arrival to the engine (max {longest})"
         )
     for cache in summary.get("kv_cache", [])[:1]:
         lines.append(_kv_cache_line(cache, len(summary.get("kv_cache", []))))

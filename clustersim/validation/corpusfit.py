@@ -103,7 +103,8 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         hardware = catalogue.hardware(cluster["hardware"])
         family = hardware.family.value if hardware.family is not None else None
         moe = catalogue.model(cluster["model"]).num_experts is not None
-        found.append(FitRow(b.row, cluster["engine"], family, moe, RowTask(b.row.row_id, b.mapping, b.steady)))
+        task = RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run)
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task))
     return found
 
 

@@ -37,7 +37,7 @@ THROUGHPUT_METRICS = ("output_tok_per_s", "total_tok_per_s", "req_per_s")
 QUEUED_SPAN_FRAC = 0.01  # arrivals within 1% of the run: every request was queued at once (an offline run)
 
 
-def measure_run(run_dir: Path, steady: bool = False) -> dict[str, float]:
+def measure_run(run_dir: Path, steady: bool = False, replicas: int = 0) -> dict[str, float]:
     """Every corpus metric of the run in ``run_dir`` (throughputs for the whole deployment, latencies in ms).
 
     ``steady``: the run is a shortened copy of a much longer benchmark (MLPerf's ten minutes, a
@@ -45,7 +45,8 @@ def measure_run(run_dir: Path, steady: bool = False) -> dict[str, float]:
     output tokens of requests completing from the middle of the arrival span to its end, per second
     (MLPerf's completed tokens per second); for queued requests the rate while the queue was never
     empty (:func:`clustersim.validation.published.saturated_tokens_per_s`). Latencies are then the
-    summary's over its ``metrics`` window.
+    summary's over its ``metrics`` window. ``replicas``: the run simulated one of that many identical
+    replicas of an offline benchmark, so its throughputs count that many times.
     """
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     columns = ["status", "prompt_tokens", "num_emitted_tokens", "arrival_at_s", "finished_at_s", "replica",
@@ -54,7 +55,8 @@ def measure_run(run_dir: Path, steady: bool = False) -> dict[str, float]:
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
     measured: dict[str, float] = {}
     if done.num_rows:
-        measured.update(_throughputs(run_dir, requests, done, steady))
+        scale = max(1, replicas)
+        measured.update({k: v * scale for k, v in _throughputs(run_dir, requests, done, steady).items()})
     for metric, (block, stat) in LATENCY_METRICS.items():
         value = (summary.get(block) or {}).get(stat)
         if isinstance(value, int | float):

@@ -37,10 +37,11 @@ class RowTask:
     row_id: str
     mapping: dict[str, Any]
     steady: bool
+    replicas_per_run: int = 0
 
 
 def tasks_of(built: Sequence[RowScenario]) -> list[RowTask]:
-    return [RowTask(b.row.row_id, b.mapping, b.steady) for b in built if b.mapping is not None]
+    return [RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run) for b in built if b.mapping is not None]
 
 
 def predict_task(task: RowTask, root: str) -> tuple[str, Prediction | None, str]:
@@ -50,7 +51,7 @@ def predict_task(task: RowTask, root: str) -> tuple[str, Prediction | None, str]
         scenario = scenario_from_mapping(task.mapping, task.row_id)
         plan = plan_run(LoadedScenario(scenario, task.row_id, scratch), Catalogue(Path(root)))
         run_plan(plan, scratch / "run")
-        return task.row_id, measure_run(scratch / "run", task.steady), ""
+        return task.row_id, measure_run(scratch / "run", task.steady, task.replicas_per_run), ""
     except ClusterSimError as exc:
         return task.row_id, None, one_line(str(exc))
     finally:

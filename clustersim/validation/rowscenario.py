@@ -116,6 +116,7 @@ class RowScenario:
     skip_reason: str | None = None
     assumptions: tuple[str, ...] = ()
     steady: bool = False  # measured in the run's steady state (the run is shorter than the benchmark)
+    replicas_per_run: int = 0  # a shortened offline run simulates one of its identical replicas (0: all of them)
 
 
 def _version(text: str) -> tuple[int, ...] | None:
@@ -345,10 +346,14 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         "stop": {"max_requests": simulated},
     }
     steady = steady_window(row, simulated)
+    one_replica = steady and row.load_kind == "offline" and row.dp > 1
+    if one_replica:  # queued requests split evenly over identical replicas: one replica, its share's waves
+        mapping["cluster"]["num_replicas"] = 1
+        assumed.append(f"one of the {row.dp} identical replicas simulated, its throughput counted {row.dp} times")
     if steady and row.load_kind == "rate":  # latencies of requests arriving in the run's steady state
         mapping["metrics"] = {"warmup_requests": simulated // 2, "cooldown_requests": simulated // 10}
     if scheduler:
         mapping["scheduler"] = scheduler
     if kv:
         mapping["kv"] = kv
-    return RowScenario(row, mapping, None, tuple(assumed), steady)
+    return RowScenario(row, mapping, None, tuple(assumed), steady, row.dp if one_replica else 0)

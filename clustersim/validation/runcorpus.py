@@ -145,7 +145,7 @@ def run_corpus(
                 continue
             sha = hashlib.sha256((scenario_sha256(plan) + profiles_hash).encode()).hexdigest()
             if _finished(run_dir, sha):
-                outcomes[index] = _outcome(row, run_dir, built.assumptions, built.steady)
+                outcomes[index] = _outcome(row, run_dir, built)
                 continue
             task = PointTask(str(path), (), str(run_dir.resolve()), row.row_id, row.row_id, sha, {}, str(root))
             tasks.append(task)
@@ -158,7 +158,7 @@ def run_corpus(
             index, built = task_rows[task_index]
             run_dir = Path(tasks[task_index].run_dir)
             if point_row.get("status") == "ok":
-                outcomes[index] = _outcome(built.row, run_dir, built.assumptions, built.steady)
+                outcomes[index] = _outcome(built.row, run_dir, built)
             else:
                 write_point_file(run_dir, tasks[task_index], point_row)
                 error = str(point_row.get("error") or "failed")
@@ -170,12 +170,13 @@ def run_corpus(
     return ordered
 
 
-def _outcome(row: CorpusRow, run_dir: Path, assumptions: tuple[str, ...], steady: bool) -> RowOutcome:
+def _outcome(row: CorpusRow, run_dir: Path, built: RowScenario) -> RowOutcome:
     facts = run_facts(run_dir)
     status, reason = "simulated", ""
     if facts["num_completed"] != facts["num_arrived"]:
         reason = f"only {facts['num_completed']} of {facts['num_arrived']} requests completed"
-    return RowOutcome(row, status, reason, measure_run(run_dir, steady), facts, assumptions)
+    measured = measure_run(run_dir, built.steady, built.replicas_per_run)
+    return RowOutcome(row, status, reason, measured, facts, built.assumptions)
 
 
 def comparisons(outcomes: Sequence[RowOutcome]) -> list[Comparison]:
