@@ -114,5 +114,5 @@ def test_an_engines_efficiency_scales_are_fittable_by_family() -> None:
     assert engine.efficiency is not None
     assert engine.efficiency["hopper"].gemm_compute_scale.value == 0.7  # type: ignore[union-attr]
     assert engine.efficiency["hopper"].gemm_compute_scale.source == FITTING_SOURCE  # type: ignore[union-attr]
-    with pytest.raises(ConfigError, match="efficiency.hoper.gemm_compute_scale: unknown profile field"):
+    with pytest.raises(ConfigError, match=r"efficiency\.hoper\.gemm_compute_scale: unknown profile field"):
         resolve_parameters(["efficiency.hoper.gemm_compute_scale"], VLLM, GPUS)
