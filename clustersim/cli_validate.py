@@ -6,6 +6,7 @@ import fnmatch
 import importlib.util
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -85,6 +86,7 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
     help="... of each leave-one-publisher-out fit.",
 )
 @click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
+@click.option("--no-cv", is_flag=True, help="With --fit: skip the leave-one-publisher-out fits (in-sample only).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--doc", metavar="FILE.md", help="Also write the tables into their blocks of that Markdown file.")
 def validate_command(
@@ -97,6 +99,7 @@ def validate_command(
     iterations: int,
     fold_iterations: int,
     write_profiles: bool,
+    no_cv: bool,
     quiet: bool,
     doc: str | None,
 ) -> None:
@@ -109,15 +112,18 @@ def validate_command(
     ones to quote.
     """
     started = time.perf_counter()
-    if write_profiles and not do_fit:
-        fail("--write-profiles needs --fit")
+    if (write_profiles or no_cv) and not do_fit:
+        fail("--write-profiles and --no-cv need --fit")
+    if no_cv and doc:
+        fail("--doc with --fit writes cross-validated errors: drop --no-cv")
     try:
         corpus_dir = corpus or default_corpus_dir()
         rows = _select(load_corpus(corpus_dir), patterns)
         folder = out_dir or new_default_folder("validate")
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
         if do_fit:
-            _fit(rows, catalogue, folder, corpus_dir, jobs, (iterations, fold_iterations), write_profiles, quiet, doc)
+            fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet)
+            _fit(rows, catalogue, folder, corpus_dir, fit_options, doc)
         else:
             _validate(rows, catalogue, folder, jobs, quiet, doc)
     except ClusterSimError as exc:
@@ -143,10 +149,21 @@ def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, j
         write_doc(f"{doc}#corpus-skipped", skipped)
 
 
-def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, jobs: int | None,
-         iterations: tuple[int, int], write_profiles: bool, quiet: bool, doc: str | None) -> None:  # fmt: skip
-    say = (lambda message: None) if quiet else (lambda message: click.echo(message, err=True))
-    result = fit_corpus(rows, catalogue, jobs, iterations[0], say, iterations[1])
+@dataclass(frozen=True)
+class FitOptions:
+    jobs: int | None
+    iterations: int
+    fold_iterations: int
+    cross_validate: bool
+    write_profiles: bool
+    quiet: bool
+
+
+def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, options: FitOptions,
+         doc: str | None) -> None:  # fmt: skip
+    say = (lambda message: None) if options.quiet else (lambda message: click.echo(message, err=True))
+    result = fit_corpus(rows, catalogue, options.jobs, options.iterations, say, options.fold_iterations,
+                        options.cross_validate)  # fmt: skip
     with claimed_folder(folder):
         for name, outcomes in (("cross-validated", result.cross_validated), ("in-sample", result.in_sample)):
             (folder / name).mkdir(exist_ok=True)
@@ -155,11 +172,15 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
     click.echo(summary)
     params = fit_table(result.params, result.values, result.num_rows)
     click.echo("\nfitted scales (all rows):\n" + params)
-    cv = _report(result.cross_validated, "leave-one-publisher-out error (each publisher predicted by a fit without it)")
+    cv = ("", "", "")
+    if options.cross_validate:
+        heading = "leave-one-publisher-out error (each publisher predicted by a fit without it)"
+        cv = _report(result.cross_validated, heading)
     _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
     click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
-    _parity(folder / "cross-validated", "clustersim against the public corpus, each publisher left out of the fit")
-    if write_profiles:
+    if options.cross_validate:
+        _parity(folder / "cross-validated", "clustersim against the public corpus, each publisher left out of the fit")
+    if options.write_profiles:
         source = _fit_source(result, corpus_dir)
         for path in write_efficiency(result, catalogue.root, source):
             click.echo(f"wrote the fitted scales into {path}")

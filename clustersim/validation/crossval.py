@@ -71,8 +71,9 @@ def fit_corpus(
     max_iterations: int = 8,
     on_progress: OnProgress | None = None,
     fold_iterations: int | None = None,
+    cross_validate: bool = True,
 ) -> CorpusFit:
-    """Fit on every simulable row, then once per publisher without its rows."""
+    """Fit on every simulable row, then (``cross_validate``) once per publisher without its rows."""
     say = on_progress or (lambda _: None)
     built = [row_scenario(r, catalogue) for r in rows]
     skipped = [RowOutcome(b.row, "skipped", b.skip_reason or "", {}, {}) for b in built if b.mapping is None]
@@ -93,7 +94,7 @@ def fit_corpus(
             x_all = fit(everything, np.zeros(len(params)), range(len(params)), max_iterations, progress("all rows"))
             in_sample = everything.predict(x_all)
             held_out: dict[str, Prediction | None] = {}
-            for publisher in sorted({r.row.publisher for r in frows}):
+            for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
                 start = x_all.copy()
