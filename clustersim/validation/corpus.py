@@ -72,6 +72,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
     "e2e_p99_ms",
 )
 COLUMNS: tuple[str, ...] = (*SETTING_COLUMNS, *METRIC_COLUMNS, "notes")
+THROUGHPUT_COLUMNS = ("output_tok_per_s", "total_tok_per_s", "req_per_s")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4", "int8")
 KV_PRECISIONS = ("bf16", "fp16", "fp8")
 REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kind")
@@ -120,6 +121,14 @@ class CorpusRow:
     notes: str = ""
     file: str = ""
     line: int = 0
+
+    @property
+    def comparable_metrics(self) -> dict[str, float]:
+        """The metrics a simulation can be held to: all of them, but only the throughputs when prompts
+        repeat (the latencies then depend on prefix-cache hits the row does not publish)."""
+        if "prefix_cache_hits" in self.features:
+            return {k: v for k, v in self.metrics.items() if k in THROUGHPUT_COLUMNS}
+        return self.metrics
 
     @property
     def where(self) -> str:

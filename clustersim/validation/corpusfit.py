@@ -167,13 +167,14 @@ def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | Non
     out = []
     for r in rows:
         found = predictions.get(r.row.row_id)
+        published = r.row.comparable_metrics
         for metrics in METRIC_KINDS.values():
-            metric = next((m for m in metrics if m in r.row.metrics), None)
+            metric = next((m for m in metrics if m in published), None)
             if metric is None:
                 continue
             value = found.get(metric) if found is not None else None
             good = value is not None and value > 0
-            out.append(math.log(value / r.row.metrics[metric]) if good else FAILED_RESIDUAL)  # type: ignore[operator]
+            out.append(math.log(value / published[metric]) if good else FAILED_RESIDUAL)  # type: ignore[operator]
     return np.asarray(out, dtype=np.float64)
 
 

@@ -102,7 +102,6 @@ UNMODELLED_FEATURES = {
     "dp_attention": "data-parallel attention is not modelled",
     "disaggregated": "the corpus runner does not lay out prefill and decode pools",
     "spec_decode": "speculative decoding needs the run's acceptance rate, which is not published",
-    "prefix_cache_hits": "the run's repeated prompts (prefix-cache hits) are not published",
 }
 FIXED_DATASETS = ("random", "fixed", "synthetic", "")
 
@@ -288,6 +287,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     for feature, why in UNMODELLED_FEATURES.items():
         if feature in row.features:
             return skip(why)
+    if not row.comparable_metrics:
+        return skip("its prompts repeat and it publishes only latencies, which prefix-cache hits decide")
     precision, reason = _precision(row, hardware)
     if reason is not None:
         return skip(reason)

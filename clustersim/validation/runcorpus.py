@@ -188,7 +188,7 @@ def comparisons(outcomes: Sequence[RowOutcome]) -> list[Comparison]:
         for metrics in METRIC_KINDS.values():
             first = True
             for metric in metrics:
-                published = outcome.row.metrics.get(metric)
+                published = outcome.row.comparable_metrics.get(metric)
                 predicted = outcome.predicted.get(metric)
                 if published is None or predicted is None:
                     continue

@@ -102,3 +102,14 @@ def test_datasets_draw_lengths_with_the_published_means():
     assert prompt["median_tokens"] == round(220 / 1.8312)  # mean = median x exp(sigma^2 / 2)
     uniform = build(dataset="random-uniform", prompt_tokens=500, output_tokens=100).mapping
     assert uniform["workload"]["tenants"][0]["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 999}
+
+
+def test_repeated_prompts_keep_only_the_throughputs():
+    hits = frozenset({"prefix_cache_hits"})
+    row = dataclasses.replace(ROW, features=hits, metrics={"output_tok_per_s": 900.0, "ttft_mean_ms": 40.0})
+    assert row.comparable_metrics == {"output_tok_per_s": 900.0}
+    assert row_scenario(row, CATALOGUE).mapping is not None
+    latencies_only = dataclasses.replace(row, metrics={"e2e_mean_ms": 900.0})
+    assert row_scenario(latencies_only, CATALOGUE).skip_reason == (
+        "its prompts repeat and it publishes only latencies, which prefix-cache hits decide"
+    )
