@@ -308,7 +308,7 @@ class EngineSpec:
             cuda_graph_pad_tokens=max(1, int(opt(engine.cuda_graph_pad_tokens) or 1)),
             all_reduce_overlap_frac=opt(engine.all_reduce_overlap_frac),
             step_overhead_per_worker_s=opt(engine.step_overhead_per_worker_s),
-            frontend_per_request_s=opt(engine.frontend_per_request_s),
+            frontend_per_request_s=opt(engine.frontend_per_request_s) + opt(engine.frontend_fitted_per_request_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
         )
 

@@ -206,8 +206,9 @@ class EngineProfile(_Physical):
     efficiencies (:class:`EfficiencyScales`). ``frontend_per_request_s`` and
     ``frontend_per_output_token_s``: the work of the HTTP front end (API server: parsing,
     tokenizing, streaming and detokenizing) per request and per output token, done one request at a
-    time beside the engine loop (:mod:`clustersim.frontend`). ``scheduler`` and ``kv``: the engine's
-    defaults for the scenario sections of those names, used where the scenario leaves a field unset
+    time beside the engine loop (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is
+    what ``clustersim validate --fit`` found beyond the cited per-request cost, added to it.
+    ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where the scenario leaves a field unset
     (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
 
@@ -230,6 +231,7 @@ class EngineProfile(_Physical):
     runtime_memory_tp_bytes: Cited[float] | None = None
     efficiency: dict[GpuFamily, EfficiencyScales] | None = None
     frontend_per_request_s: Cited[float] | None = None
+    frontend_fitted_per_request_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)

@@ -4,12 +4,14 @@ What is fitted, for each engine and each GPU family its corpus rows cover (:clas
 
 - ``compute``: one scale on the GPU profile's GEMM compute and prefill-attention efficiencies;
 - ``memory``: one scale on its GEMM memory, decode-attention and element-wise efficiencies;
-- ``moe`` (engine-wide, with MoE rows): the routed experts' grouped GEMMs against dense GEMMs.
+- ``moe`` (engine-wide, with MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
+- ``frontend`` (engine-wide, with rows served over HTTP): per-request time of the engine's front end
+  beyond its cited cost (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
 
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to
 a user's own measurements). Every fit starts from the engine profiles without their ``efficiency``
-blocks (all scales 1), never from a fitted profile. Scales are fitted in log space within
-``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull towards 1, so a scale no row
+blocks and fitted front-end time (all scales 1, 1 ms of extra time), never from a fitted profile.
+Scales are fitted in log space within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull towards 1, so a scale no row
 constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each
 kind (throughput, TTFT, TPOT/ITL, E2E), under a soft-L1 loss: a row no setting can fit (a missing
 term) bends the fit less than squared error would let it. The Jacobian is taken by finite
@@ -44,7 +46,10 @@ from clustersim.validation.runcorpus import METRIC_KINDS
 SCALE_BOUND = 2.0  # |log(scale)| at most: a scale in [0.14, 7.4]
 PRIOR_WEIGHT = 0.3  # the pull of log(scale) towards 0, against residuals in log units
 FAILED_RESIDUAL = 2.0  # a row that cannot be simulated with a candidate
-STEP = 0.05  # finite-difference step (log units)
+STEP = 0.05  # finite-difference step (log units; milliseconds for front-end time)
+FRONTEND_MAX_MS = 200.0
+FRONTEND_STEP_MS = 2.0  # wide enough that the small jumps of discrete batching do not decide the slope
+FRONTEND_START_MS = 1.0
 SCALE_FIELDS = {
     "compute": ("gemm_compute_scale", "prefill_attention_scale"),
     "memory": ("gemm_memory_scale", "decode_attention_scale", "elementwise_scale"),
@@ -57,7 +62,7 @@ class FitParam:
     """One fitted number: a scale (log) of one engine on one GPU family, or an engine-wide one."""
 
     engine: str
-    kind: str  # compute | memory | moe
+    kind: str  # compute | memory | moe | frontend
     family: str | None = None
 
     @property
@@ -71,6 +76,11 @@ class FitParam:
             return moe
         return self.family is None or self.family == family
 
+    def touches_row(self, row: FitRow) -> bool:
+        if self.kind == "frontend":
+            return row.engine == self.engine and row.served
+        return self.touches(row.engine, row.family, row.moe)
+
 
 @dataclass(frozen=True)
 class FitRow:
@@ -81,6 +91,7 @@ class FitRow:
     family: str | None
     moe: bool
     task: RowTask
+    served: bool = False  # the requests pass the engine's HTTP front end
 
 
 @dataclass
@@ -104,7 +115,7 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         family = hardware.family.value if hardware.family is not None else None
         moe = catalogue.model(cluster["model"]).num_experts is not None
         task = RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run)
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task))
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, bool(cluster.get("frontend", True))))
     return found
 
 
@@ -116,6 +127,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             params.update((FitParam(r.engine, "compute", r.family), FitParam(r.engine, "memory", r.family)))
         if r.moe:
             params.add(FitParam(r.engine, "moe"))
+        if r.served:
+            params.add(FitParam(r.engine, "frontend"))
     return sorted(params, key=lambda p: (p.engine, p.kind, p.family or ""))
 
 
@@ -135,14 +148,20 @@ def _scaled_engine(profile: EngineProfile, params: Sequence[FitParam], values: S
             for scales in efficiency.values():
                 scales["moe_scale"] = cited(value)
     blocks = {family: EfficiencyScales(**scales) for family, scales in efficiency.items()}
-    return profile.model_copy(update={"efficiency": blocks or None})
+    update: dict[str, Any] = {"efficiency": blocks or None}
+    for param, value in zip(params, values, strict=True):
+        if param.kind == "frontend":
+            update["frontend_fitted_per_request_s"] = cited(value)
+    return profile.model_copy(update=update)
 
 
 def reference_engines(catalogue: Catalogue) -> dict[str, EngineProfile]:
     """Every engine profile of the catalogue without its ``efficiency`` block: where every fit starts."""
     engines = {}
     for name in catalogue.names("engine"):
-        engines[name] = catalogue.engine(name).model_copy(update={"efficiency": None})
+        engines[name] = catalogue.engine(name).model_copy(
+            update={"efficiency": None, "frontend_fitted_per_request_s": None}
+        )
     return engines
 
 
@@ -158,8 +177,17 @@ def engines_with(
 
 
 def natural(param: FitParam, x: float) -> float:
-    """A parameter's value from the solver's (log) one."""
-    return math.exp(x)
+    """A parameter's value from the solver's: a scale from its log, a time in seconds from milliseconds."""
+    return x / 1e3 if param.kind == "frontend" else math.exp(x)
+
+
+def solver_start(param: FitParam) -> float:
+    """Where every fit starts a parameter: a scale of 1, 1 ms of extra front-end time."""
+    return FRONTEND_START_MS if param.kind == "frontend" else 0.0
+
+
+def solver_bounds(param: FitParam) -> tuple[float, float]:
+    return (0.0, FRONTEND_MAX_MS) if param.kind == "frontend" else (-SCALE_BOUND, SCALE_BOUND)
 
 
 def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | None]) -> NDArray[np.float64]:
@@ -204,7 +232,7 @@ class Evaluator:
 
 
 def _vector(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDArray[np.float64]:
-    prior = [PRIOR_WEIGHT * x[i] for i in active]
+    prior = [PRIOR_WEIGHT * x[i] if ev.params[i].kind != "frontend" else 0.0 for i in active]
     return np.concatenate([residuals(ev.rows, ev.predict(x)), np.asarray(prior, dtype=np.float64)])
 
 
@@ -214,13 +242,14 @@ def _jacobian(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> N
     jac = np.zeros((len(r0) + len(active), len(active)))
     for col, i in enumerate(active):
         param = ev.params[i]
-        touched = [r for r in ev.rows if param.touches(r.engine, r.family, r.moe)]
+        touched = [r for r in ev.rows if param.touches_row(r)]
         if touched:
+            step = FRONTEND_STEP_MS if param.kind == "frontend" else STEP
             moved = x.copy()
-            moved[i] += STEP
+            moved[i] += step
             changed = {**base, **ev.predict(moved, touched)}
-            jac[: len(r0), col] = (residuals(ev.rows, changed) - r0) / STEP
-        jac[len(r0) + col, col] = PRIOR_WEIGHT
+            jac[: len(r0), col] = (residuals(ev.rows, changed) - r0) / step
+        jac[len(r0) + col, col] = PRIOR_WEIGHT if param.kind != "frontend" else 0.0
     return jac
 
 
@@ -243,7 +272,7 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         fun,
         x0[list(active)],
         jac=lambda sub: _jacobian(ev, full(sub), active),
-        bounds=(-SCALE_BOUND, SCALE_BOUND),
+        bounds=([solver_bounds(ev.params[i])[0] for i in active], [solver_bounds(ev.params[i])[1] for i in active]),
         loss="soft_l1",
         f_scale=0.3,
         max_nfev=max_iterations,

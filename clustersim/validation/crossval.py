@@ -30,6 +30,7 @@ from clustersim.validation.corpusfit import (
     parameters,
     reference_engines,
     scratch_dir,
+    solver_start,
 )
 from clustersim.validation.predict import Prediction
 from clustersim.validation.rowscenario import row_scenario
@@ -51,7 +52,7 @@ class CorpusFit:
 
 
 def _touched(param: FitParam, rows: Sequence[FitRow]) -> bool:
-    return any(param.touches(r.engine, r.family, r.moe) for r in rows)
+    return any(param.touches_row(r) for r in rows)
 
 
 def _outcomes(rows: Sequence[FitRow], predictions: dict[str, Prediction | None]) -> list[RowOutcome]:
@@ -91,22 +92,29 @@ def fit_corpus(
                 return lambda runs, cost: say(f"{name}: evaluation {runs}, sum |residual| {cost:.2f}")
 
             everything = evaluator(frows, "all")
-            x_all = fit(everything, np.zeros(len(params)), range(len(params)), max_iterations, progress("all rows"))
+            start = np.asarray([solver_start(p) for p in params])
+            x_all = fit(everything, start, range(len(params)), max_iterations, progress("all rows"))
             in_sample = everything.predict(x_all)
             held_out: dict[str, Prediction | None] = {}
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
-                start = x_all.copy()
-                start[[i for i, p in enumerate(params) if _touched(p, held)]] = 0.0
+                fold_start = x_all.copy()
+                for i, p in enumerate(params):
+                    if _touched(p, held):
+                        fold_start[i] = solver_start(p)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 fold = evaluator(train, f"without-{publisher}")
                 iterations = fold_iterations or max_iterations
-                x_fold = fit(fold, start, active, iterations, progress(f"without {publisher}")) if active else start
+                x_fold = (
+                    fit(fold, fold_start, active, iterations, progress(f"without {publisher}"))
+                    if active
+                    else fold_start
+                )
                 held_out.update(evaluator(held, f"held-{publisher}").predict(x_fold))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    counts = {p.label: sum(p.touches(r.engine, r.family, r.moe) for r in frows) for p in params}
+    counts = {p.label: sum(p.touches_row(r) for r in frows) for p in params}
     values = [natural(p, x) for p, x in zip(params, x_all, strict=True)]
     return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(frows, held_out), skipped)
 
@@ -124,7 +132,12 @@ def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
         rows = result.num_rows[param.label]
         for name in SCALE_FIELDS[param.kind]:
             lines.append(f'    {name}:\n      value: {value:.4g}\n      source: "{source}; {rows} rows"')
-    text = "efficiency:\n"
+    text = ""
+    for param, value in zip(result.params, result.values, strict=True):
+        if param.engine == engine and param.kind == "frontend":
+            rows = result.num_rows[param.label]
+            text += f'frontend_fitted_per_request_s:\n  value: {value:.4g}\n  source: "{source}; {rows} served rows"\n'
+    text += "efficiency:\n"
     for family, lines in sorted(families.items()):
         text += f"  {family}:\n" + "\n".join(lines) + "\n"
         if moe is not None:
@@ -142,6 +155,7 @@ def write_efficiency(result: CorpusFit, catalogue_root: Path, source: str) -> li
         path = next(p for p in sorted((catalogue_root / "engines").glob("*.yaml")) if _profile_name(p) == name)
         text = path.read_text(encoding="utf-8")
         text = re.sub(r"^efficiency:\n(?:[ #].*\n|\n)*", "", text, flags=re.MULTILINE)
+        text = re.sub(r"^frontend_fitted_per_request_s:\n(?:[ #].*\n)*", "", text, flags=re.MULTILINE)
         path.write_text(text.rstrip("\n") + "\n" + efficiency_yaml(result, engine, source), encoding="utf-8")
         written.append(path)
     return written
