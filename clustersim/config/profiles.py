@@ -208,8 +208,8 @@ class EngineProfile(_Physical):
     tokenizing, streaming and detokenizing) per request and per output token, done one request at a
     time beside the engine loop (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is
     what ``clustersim validate --fit`` found beyond the cited per-request cost, added to it.
-    ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where the scenario leaves a field unset
-    (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
+    ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
+    the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
 
     name: str

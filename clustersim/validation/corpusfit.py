@@ -11,8 +11,8 @@ What is fitted, for each engine and each GPU family its corpus rows cover (:clas
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to
 a user's own measurements). Every fit starts from the engine profiles without their ``efficiency``
 blocks and fitted front-end time (all scales 1, 1 ms of extra time), never from a fitted profile.
-Scales are fitted in log space within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull towards 1, so a scale no row
-constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each
+Scales are fitted in log space within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a
+weak pull towards 1, so a scale no row constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each
 kind (throughput, TTFT, TPOT/ITL, E2E), under a soft-L1 loss: a row no setting can fit (a missing
 term) bends the fit less than squared error would let it. The Jacobian is taken by finite
 differences, re-running only the rows each parameter touches.
