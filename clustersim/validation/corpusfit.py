@@ -8,18 +8,18 @@ What is fitted, for each engine and each GPU family its corpus rows cover (:clas
 - ``frontend`` (engine-wide, with rows served over HTTP): per-request time of the engine's front end
   beyond its cited cost (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
 
-Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to
-a user's own measurements). Every fit starts from the engine profiles without their ``efficiency``
-blocks and fitted front-end time (all scales 1, 1 ms of extra time), never from a fitted profile.
-Scales are fitted in log space within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a
-weak pull towards 1, so a scale no row constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each
-kind (throughput, TTFT, TPOT/ITL, E2E), under a soft-L1 loss: a row no setting can fit (a missing
-term) bends the fit less than squared error would let it. The Jacobian is taken by finite
-differences, re-running only the rows each parameter touches.
+Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to a user's
+own measurements). Every fit starts from the engine profiles without their ``efficiency`` blocks and fitted
+front-end time (all scales 1, 1 ms of extra time), never from a fitted profile. Scales are fitted in log space
+within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull towards 1, so a scale no row
+constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each kind
+(throughput, TTFT, TPOT/ITL, E2E), under a soft-L1 loss: a row no setting can fit (a missing term) bends the
+fit less than squared error would let it. The Jacobian is taken by finite differences, re-running only the
+rows each parameter touches.
 
-Leave-one-publisher-out: each publisher's rows are predicted by a fit to every other publisher's rows.
-A fold starts from the all-rows fit for the parameters the held-out rows do not touch and from 1 for
-those they do, so the held-out rows' own values never seed their prediction.
+Leave-one-publisher-out: each publisher's rows are predicted by a fit to every other publisher's rows. A fold
+starts from the all-rows fit for the parameters the held-out rows do not touch and from 1 for those they do,
+so the held-out rows' own values never seed their prediction.
 """
 
 from __future__ import annotations
