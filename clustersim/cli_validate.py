@@ -120,6 +120,12 @@ def validate_command(
         corpus_dir = corpus or default_corpus_dir()
         rows = _select(load_corpus(corpus_dir), patterns)
         folder = out_dir or new_default_folder("validate")
+        if profiles_dir is not None and not all(
+            (profiles_dir / kind).is_dir() for kind in ("gpus", "models", "engines")
+        ):
+            raise ClusterSimError(
+                f"--profiles: {profiles_dir} is not a hardware_profiles folder (gpus/, models/, engines/)"
+            )
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
         if do_fit:
             fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet)

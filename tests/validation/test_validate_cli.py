@@ -57,3 +57,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     empty.mkdir()
     assert "no *.csv file" in runner.invoke(main, ["validate", str(empty)]).output
     assert len(COLUMNS) == 42
+
+
+def test_a_profiles_folder_must_be_one(tmp_path):
+    result = CliRunner().invoke(main, ["validate", "--profiles", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "is not a hardware_profiles folder (gpus/, models/, engines/)" in result.output
