@@ -146,3 +146,25 @@ def test_every_profile_number_cites_a_source():
             for field, value in profile:
                 if hasattr(value, "source"):
                     assert len(value.source) > 10, f"{kind} {name}.{field} has no real source"
+
+
+def test_engine_efficiency_scales_multiply_the_gpus_fractions_capped_at_one():
+    from clustersim.config.profiles import Cited, EfficiencyScales
+
+    def cited(value):
+        return Cited[float](value=value, source="test scale")
+
+    hardware = CATALOGUE.hardware("H100-SXM")
+    scales = EfficiencyScales(gemm_compute_scale=cited(0.5), decode_attention_scale=cited(2.0), moe_scale=cited(0.25))
+    engine = CATALOGUE.engine("vllm-v1").model_copy(
+        update={"efficiency": {"hopper": scales}, "frontend_fitted_per_request_s": cited(0.01)}
+    )
+    plain = GpuSpec.from_profiles(hardware, CATALOGUE.engine("vllm-v1").model_copy(update={"efficiency": None}))
+    gpu = GpuSpec.from_profiles(hardware, engine)
+    assert gpu.compute_efficiency_frac == pytest.approx(0.5 * hardware.compute_efficiency_frac.value)
+    assert gpu.decode_attention_memory_efficiency_frac == 1.0  # 2 x 0.777, capped
+    assert gpu.memory_efficiency_frac == plain.memory_efficiency_frac  # no scale: unchanged
+    assert gpu.moe_efficiency_scale == 0.25
+    assert gpu.engine.frontend_per_request_s == pytest.approx(plain.engine.frontend_per_request_s + 0.01)
+    a100 = GpuSpec.from_profiles(CATALOGUE.hardware("A100-80GB"), engine)  # another family: untouched
+    assert a100.compute_efficiency_frac == CATALOGUE.hardware("A100-80GB").compute_efficiency_frac.value
