@@ -2,7 +2,9 @@
 
 ``trtllm-bench throughput`` builds its runtime with a max batch size and a max token budget it
 derives from the dataset and the GPU memory (``tensorrt_llm/bench/build/tuning.py``
-``calc_engine_setting`` and ``finetune_setting``); a row that does not state them ran with these.
+``calc_engine_setting`` and ``finetune_setting``); a row that does not state them ran with these. Its
+``--enable_chunked_context`` defaults to true and ``--scheduler_policy`` to ``guaranteed_no_evict``
+(``tensorrt_llm/bench/benchmark/throughput.py``): the ``trtllm_no_evict_chunked`` policy.
 """
 
 from __future__ import annotations

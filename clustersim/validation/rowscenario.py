@@ -329,6 +329,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     if row.engine == "trtllm" and row.load_kind == "offline" and not scheduler:
         bench = _trtllm_bench(row, catalogue.model(model), hardware, precision)
         scheduler = {"max_num_seqs": bench.max_num_seqs, "max_num_batched_tokens": bench.max_num_batched_tokens}
+        # trtllm-bench throughput: --enable_chunked_context defaults to true, --scheduler_policy guaranteed_no_evict
+        scheduler["policy"] = "trtllm_no_evict_chunked"
         kv["gpu_memory_frac"] = TRTLLM_BENCH_KV_FRAC
     budget = scheduler.get("max_num_batched_tokens")
     if row.engine == "trtllm" and budget is not None and _longest_prompt(lengths) > budget:

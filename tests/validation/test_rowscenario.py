@@ -73,7 +73,9 @@ def test_model_names_are_resolved_through_quantized_and_organisation_names():
 def test_trtllm_bench_rows_get_its_batch_limits_and_memory_fraction():
     built = build(engine="trtllm", engine_version="0.19.0", load_kind="offline", load=None, num_requests=30000,
                   weight_precision="fp8", kv_precision="fp8", prompt_tokens=128, output_tokens=2048)  # fmt: skip
-    assert built.mapping["scheduler"] == {"max_num_seqs": 640, "max_num_batched_tokens": 2048}
+    assert built.mapping["scheduler"] == {
+        "max_num_seqs": 640, "max_num_batched_tokens": 2048, "policy": "trtllm_no_evict_chunked"
+    }  # fmt: skip
     assert built.mapping["kv"] == {"gpu_memory_frac": 0.95}
     long = build(engine="trtllm", engine_version="0.19.0", load_kind="offline", load=None, num_requests=1000,
                  weight_precision="fp8", kv_precision="fp8", prompt_tokens=20000, output_tokens=2000)  # fmt: skip
