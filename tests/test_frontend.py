@@ -32,6 +32,7 @@ def engine_file(tmp_path):
     engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
     engine["name"] = "with-frontend"
     engine["aliases"] = []
+    engine.pop("frontend_fitted_per_request_s", None)  # only the test's own front-end times
     engine["frontend_per_request_s"] = {"value": 0.5, "source": "test: 0.5 s per request"}
     engine["frontend_per_output_token_s"] = {"value": 0.25, "source": "test: 0.25 s per output token"}
     path = tmp_path / "with-frontend.yaml"
