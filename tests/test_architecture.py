@@ -160,7 +160,8 @@ def test_engine_efficiency_scales_multiply_the_gpus_fractions_capped_at_one():
         update={"efficiency": {"hopper": scales}, "frontend_fitted_per_request_s": cited(0.01)}
     )
     plain = GpuSpec.from_profiles(
-        hardware, CATALOGUE.engine("vllm-v1").model_copy(update={"efficiency": None, "frontend_fitted_per_request_s": None})
+        hardware,
+        CATALOGUE.engine("vllm-v1").model_copy(update={"efficiency": None, "frontend_fitted_per_request_s": None}),
     )
     gpu = GpuSpec.from_profiles(hardware, engine)
     assert gpu.compute_efficiency_frac == pytest.approx(0.5 * hardware.compute_efficiency_frac.value)
