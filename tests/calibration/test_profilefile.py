@@ -20,7 +20,13 @@ def test_mapping_renames_drops_aliases_and_keeps_cited_nulls() -> None:
     assert mapping["compute_efficiency_frac"] == {"value": 0.7, "source": "fitted on my data"}
     assert mapping["peak_fp4_flops_per_s"] == {"value": None, "source": h100.peak_fp4_flops_per_s.source}  # type: ignore[union-attr]
     assert mapping["memory_efficiency_frac"] == h100.memory_efficiency_frac.model_dump()
-    assert list(mapping)[:5] == ["name", "family", "memory_bytes", "memory_reported_bytes", "hbm_bandwidth_bytes_per_s"]  # the class's order
+    assert list(mapping)[:5] == [
+        "name",
+        "family",
+        "memory_bytes",
+        "memory_reported_bytes",
+        "hbm_bandwidth_bytes_per_s",
+    ]  # the class's order
 
 
 def test_text_round_trips_with_its_header() -> None:
