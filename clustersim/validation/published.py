@@ -81,13 +81,13 @@ LOG_FIELDS = {"mean_ttft": "Mean First Token latency (ns)", "mean_tpot": "Mean T
 KNOWN_GAPS: dict[str, tuple[float, str]] = {
     "mlperf41_mi300x1_off": (75.0, "MI300X reuses H100-fitted kernel fractions; its 2024 ROCm FP8 stack got far less"),
     "mlperf41_mi300x8_off": (75.0, "as mlperf41_mi300x1_off"),
-    "mlperf41_h100nvlx4_off": (55.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
-    "mlperf41_b200x1_off": (40.0, "B200 FP4 priced at the datasheet FP4 peak x H100 fractions; preview software"),
-    "mlperf40_h100x2_off": (35.0, "v4.0 software: the same TP2 engine did 11% more per GPU in v4.1"),
-    "trtllm061_h100_l7b_ttft2048": (
-        30.0,
-        "FP8 GEMMs priced with the BF16-fitted efficiency and attention at FlashAttention-3's rate; v0.5 had neither",
+    "mlperf41_h100nvlx4_off": (35.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
+    "mlperf41_h200x1_off": (
+        20.0,
+        "a 1000 W custom-cooled H200 (CTS): 15% more per GPU than the 700 W H200 of the same round; one H200 profile",
     ),
+    "mlperf41_h200x1_srv": (35.0, "as mlperf41_h200x1_off, amplified: the Server rate is above the modelled capacity"),
+    "mlperf41_l40sx8_off": (25.0, "parallelism not published (4 x TP2 assumed); L40S has no measured kernels"),
     "vllm_ci_h200_l8b_tput": (25.0, "ShareGPT length shapes assumed (only their means are published)"),
 }
 
