@@ -35,6 +35,7 @@ class FrontEnd:
         self.num_requests = 0
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over requests
         self.max_delay_s = 0.0
+        self._passing: dict[int, Request] = {}  # in the front end now, by request id (not yet delivered)
 
     @property
     def active(self) -> bool:
@@ -55,11 +56,17 @@ class FrontEnd:
             deliver(request)
             return
         timer = self.clock.timer_at(ready_s, ARRIVAL_PRIORITY)
+        self._passing[request.request_id] = request
 
         def handed(_: Event) -> None:
+            del self._passing[request.request_id]
             deliver(request)
 
         timer.callbacks.append(handed)
+
+    def close(self) -> list[Request]:
+        """The clock stopped: the requests still in the front end, in no replica's queue (unfinished)."""
+        return list(self._passing.values())
 
 
 def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, float | int]:

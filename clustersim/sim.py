@@ -270,6 +270,7 @@ def simulate(
     if frontends is not None:
         log.frontend = frontend_summary(frontends, clock.now)
     in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
+    in_flight += [r for f in frontends or [] for r in f.close()]  # still in an API server at the horizon
     for request in [*(r for replica in replicas for r in replica.stop()), *in_flight]:
         log.record_request(request)
     return replicas

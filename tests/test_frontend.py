@@ -75,3 +75,14 @@ def test_the_summary_says_how_busy_the_front_end_was(run_mapping, engine_file):
     assert front["mean_delay_s"] == pytest.approx((0.5 + 1.75 + 0.5) / 3)
     assert front["max_delay_s"] == pytest.approx(1.75)
     assert "frontend" not in run_mapping(scenario(engine_file, frontend=False)).summary
+
+
+def test_a_request_still_in_the_front_end_at_the_horizon_is_recorded_unfinished(run_mapping, engine_file):
+    # request 2 arrives at 10 s and would reach the replica at 10.5 s: the horizon at 10.2 s finds it in the
+    # API server, in no replica's queue; it must still be in the log, once, as unfinished
+    for fast in (True, False):
+        mapping = {**scenario(engine_file), "stop": {"horizon_s": 10.2}, "simulation": {"fast_forward": fast}}
+        rows = read_requests(run_mapping(mapping))
+        assert sorted(r["request_id"] for r in rows) == [0, 1, 2]
+        last = next(r for r in rows if r["request_id"] == 2)
+        assert last["status"] == "unfinished" and last["first_scheduled_at_s"] is None
