@@ -53,14 +53,14 @@ def fit_source(calibration: Calibration, measurements: MeasurementFile) -> str:
 def profile_mapping(profile: BaseModel, name: str, updates: dict[str, tuple[float, str]]) -> dict[str, Any]:
     """``profile`` as a YAML mapping, renamed, without aliases, with ``updates`` (field: value, source)."""
     data: dict[str, Any] = {}
+    dumped = profile.model_dump(mode="json")  # nested models and mappings of them too
     for field in type(profile).model_fields:
-        value = getattr(profile, field)
         if field == "name":
             data[field] = name
         elif field in updates:
             data[field] = {"value": updates[field][0], "source": updates[field][1]}
-        elif field != "aliases" and value is not None:
-            data[field] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        elif field != "aliases" and dumped[field] is not None:
+            data[field] = dumped[field]
     return data
 
 

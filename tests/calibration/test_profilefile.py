@@ -48,3 +48,11 @@ def test_gpu_profiles_are_named_after_the_engine_file_and_the_gpu() -> None:
     assert gpu_profile_path(Path("out/my-engine.yaml"), "A100-80GB") == Path("out/my-engine-a100-80gb.yaml")
     assert gpu_profile_path(Path("my-engine.yml"), "H200") == Path("my-engine-h200.yaml")
     assert gpu_profile_path(Path("e.yaml"), "gpus/My GPU.yaml") == Path("e-my-gpu.yaml")
+
+
+def test_an_engine_with_efficiency_scales_per_family_is_written_and_loads_back() -> None:
+    engine = CATALOGUE.engine("trtllm")
+    assert engine.efficiency  # the corpus-fitted scales: a mapping of family to scales
+    text = profile_text(engine, "trtllm (mine)", {}, ["test"])
+    loaded = EngineProfile.model_validate(yaml.safe_load(text))
+    assert loaded.efficiency == engine.efficiency
