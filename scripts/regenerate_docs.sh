@@ -125,9 +125,9 @@ clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
 clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published
 
 # docs/validation.md: calibrating the trtllm engine on a third of TensorRT-LLM's published tables
-clustersim calibrate docs/data/trtllm-published.csv --engine trtllm --set scheduler.policy=static \
+clustersim calibrate docs/data/trtllm-published.csv --engine trtllm --set scheduler.policy=static --set cluster.frontend=false \
   --train-frac 0.33 --seed 0 --out "$out/trtllm-host.yaml" --doc docs/validation.md#calibrate
-clustersim calibrate docs/data/trtllm-published.csv --engine trtllm --set scheduler.policy=static \
+clustersim calibrate docs/data/trtllm-published.csv --engine trtllm --set scheduler.policy=static --set cluster.frontend=false \
   --train-frac 0.33 --seed 0 --fit-gpu --out "$out/trtllm-gpu.yaml" --doc docs/validation.md#calibrate-gpu
 
 # docs/speed.md: the benchmark
