@@ -41,7 +41,10 @@ def test_streaming_smoothness_shows_what_tpot_hides(tmp_path: Path):
         load_scenario(path, ["scheduler.policy=chunked_prefill", "scheduler.max_num_batched_tokens=512"]),
         tmp_path / "chunked",
     ).summary["tenants"]["chat"]
-    assert abs(v0["tpot_s"]["p99"] - chunked["tpot_s"]["p99"]) < 0.1 * chunked["tpot_s"]["p99"]
+    # the chat streams' p99 TPOT moves by a few percent where their p99 gap moves tenfold
+    tpot_change = abs(v0["tpot_s"]["p99"] / chunked["tpot_s"]["p99"] - 1.0)
+    itl_change = v0["itl_s"]["p99"] / chunked["itl_s"]["p99"] - 1.0
+    assert tpot_change < 0.15 and tpot_change < 0.02 * itl_change
     assert v0["itl_s"]["p99"] > 0.2 and chunked["itl_s"]["p99"] < 0.04  # a prefill step vs a decode step
     assert v0["slo"]["attainment_frac"] < 0.2 and chunked["slo"]["attainment_frac"] == 1.0
     # vLLM V1 with an 8,192-token budget mixes decodes into the document steps: shorter stalls, still stalls
