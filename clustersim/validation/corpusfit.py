@@ -190,6 +190,16 @@ def solver_bounds(param: FitParam) -> tuple[float, float]:
     return (0.0, FRONTEND_MAX_MS) if param.kind == "frontend" else (-SCALE_BOUND, SCALE_BOUND)
 
 
+def solver_step(param: FitParam) -> float:
+    """The finite-difference step: log units for a scale, milliseconds for front-end time."""
+    return FRONTEND_STEP_MS if param.kind == "frontend" else STEP
+
+
+def prior_weight(param: FitParam) -> float:
+    """The pull towards the start: scales towards 1; front-end time has none."""
+    return 0.0 if param.kind == "frontend" else PRIOR_WEIGHT
+
+
 def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | None]) -> NDArray[np.float64]:
     """``log(predicted / published)`` of each row's scored metric of each kind."""
     out = []
@@ -232,7 +242,7 @@ class Evaluator:
 
 
 def _vector(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDArray[np.float64]:
-    prior = [PRIOR_WEIGHT * x[i] if ev.params[i].kind != "frontend" else 0.0 for i in active]
+    prior = [prior_weight(ev.params[i]) * x[i] for i in active]
     return np.concatenate([residuals(ev.rows, ev.predict(x)), np.asarray(prior, dtype=np.float64)])
 
 
@@ -244,12 +254,12 @@ def _jacobian(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> N
         param = ev.params[i]
         touched = [r for r in ev.rows if param.touches_row(r)]
         if touched:
-            step = FRONTEND_STEP_MS if param.kind == "frontend" else STEP
+            step = solver_step(param)
             moved = x.copy()
             moved[i] += step
             changed = {**base, **ev.predict(moved, touched)}
             jac[: len(r0), col] = (residuals(ev.rows, changed) - r0) / step
-        jac[len(r0) + col, col] = PRIOR_WEIGHT if param.kind != "frontend" else 0.0
+        jac[len(r0) + col, col] = prior_weight(param)
     return jac
 
 
@@ -272,7 +282,7 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         fun,
         x0[list(active)],
         jac=lambda sub: _jacobian(ev, full(sub), active),
-        bounds=([solver_bounds(ev.params[i])[0] for i in active], [solver_bounds(ev.params[i])[1] for i in active]),
+        bounds=tuple(zip(*(solver_bounds(ev.params[i]) for i in active), strict=True)),
         loss="soft_l1",
         f_scale=0.3,
         max_nfev=max_iterations,
