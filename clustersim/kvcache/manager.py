@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from clustersim.architecture import blocks_for_tokens
 from clustersim.kvcache.paged import BlockPool
-from clustersim.kvcache.prefix import PrefixCache, Segment
+from clustersim.kvcache.prefix import PrefixCache, Segment, resume_key
 from clustersim.kvcache.sequence import (
     KVSequence,
     Lengths,
@@ -116,6 +116,10 @@ class KVManager:
             return [], 0
         segments = self.segments(request)
         hit = segments[: self.prefix.num_leading_hits(segments)]
+        if len(hit) == len(segments) and request.num_preemptions:
+            key = resume_key(request.request_id)  # what it computed before a preemption, still cached
+            if blocks := self.prefix.size(key):
+                hit.append((key, blocks))
         cached = sum(blocks for _, blocks in hit) * self.block_size_tokens
         while hit and cached > prefill_tokens_of(request) - 1:
             cached -= hit.pop()[1] * self.block_size_tokens
@@ -340,9 +344,10 @@ class KVManager:
         return blocks_for_tokens(seq.kv_offset + gained, bs) - seq.cached_tokens // bs
 
     # ------------------------------------------------------------------ leaving
-    def vacate(self, seq: KVSequence, last_index: int, computed_tokens: int) -> None:
+    def vacate(self, seq: KVSequence, last_index: int, computed_tokens: int, preempted: bool = False) -> None:
         """Free what ``seq`` held after decode step ``last_index``; with prefix caching its prompt
-        segments among its ``computed_tokens`` stay cached and what it reused is unpinned."""
+        segments among its ``computed_tokens`` stay cached and what it reused is unpinned, and a
+        ``preempted`` sequence's other computed full blocks stay cached too (:func:`resume_key`)."""
         held = self.held_blocks(seq, last_index)
         kept = 0
         if self.prefix is not None:
@@ -351,9 +356,12 @@ class KVManager:
             for key, blocks in seq.own_segments:
                 end += blocks * bs
                 if end > computed_tokens:
+                    preempted = False  # blocks past a segment it had not finished are not a prefix of it
                     break
                 if self.prefix.insert(key, blocks):
                     kept += blocks
+            if preempted:
+                kept += self._keep_computed(seq, end, computed_tokens)
             self.prefix.release(seq.hit_segments)
         self.pool.free(held - kept)
         self._unplace(seq)
@@ -362,6 +370,23 @@ class KVManager:
             kv_tokens = seq.kv_offset + share_tokens(last_index, seq.share)
             self.filled_blocks -= blocks_for_tokens(kv_tokens, bs) - seq.cached_tokens // bs
             self._bucket_out(seq)
+
+    def _keep_computed(self, seq: KVSequence, end_tokens: int, computed_tokens: int) -> int:
+        """Cache a preempted ``seq``'s computed full blocks past its prompt segments (which end at
+        ``end_tokens``) as its resume segment, merged with the one it was resumed from; returns the
+        blocks that move from ``seq`` to the cache."""
+        assert self.prefix is not None
+        key = resume_key(seq.request.request_id)
+        before = 0
+        for i, (hit_key, _) in enumerate(seq.hit_segments):
+            if hit_key == key:
+                del seq.hit_segments[i]
+                before = self.prefix.take(key)
+                break
+        fresh = max(computed_tokens // self.block_size_tokens - end_tokens // self.block_size_tokens, 0)
+        if before + fresh:
+            self.prefix.insert(key, before + fresh)
+        return fresh
 
     def _unplace(self, seq: KVSequence) -> None:
         """Return the reservation's place (paged: nothing to do)."""

@@ -20,6 +20,12 @@ class Lengths(Protocol):
     """The request a sequence serves, as KV accounting needs it."""
 
     @property
+    def request_id(self) -> int: ...
+
+    @property
+    def num_preemptions(self) -> int: ...
+
+    @property
     def prompt_tokens(self) -> int: ...
 
     @property

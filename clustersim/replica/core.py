@@ -338,11 +338,12 @@ class Core:
         self.seats.start_decoding(seat, d)
         self.kv.start_decoding(seat, seat.cached_tokens + seat.prefill_tokens)
 
-    def vacate(self, seat: Seat, last_index: int) -> Request:
-        """Free a seat and the blocks it held after decode step ``last_index``."""
+    def vacate(self, seat: Seat, last_index: int, preempted: bool = False) -> Request:
+        """Free a seat and the blocks it held after decode step ``last_index`` (a ``preempted`` one's
+        computed blocks stay in the prefix cache, if there is one)."""
         # a decoding seat has computed its KV tokens (prompt and output so far); a prefilling one its chunks
         computed = self.seats.kv_tokens_at(seat, last_index) if seat.decoding else seat.cached_tokens + seat.done_tokens
-        self.kv.vacate(seat, last_index, computed)
+        self.kv.vacate(seat, last_index, computed, preempted)
         self.seats.remove(seat)
         return seat.request
 
@@ -354,7 +355,7 @@ class Core:
         decoding = seat.decoding
         if decoding:
             self.gaps.left(seat, d)
-        request = self.vacate(seat, d - 1)
+        request = self.vacate(seat, d - 1, preempted=not blocks)
         if decoding:
             request.num_emitted_tokens = self.seats.emitted_at(seat, d - 1)
         request.num_preemptions += 1

@@ -155,16 +155,12 @@ def test_vllm_v1_takes_blocks_per_chunk_so_a_prompt_starts_sooner(run_mapping, f
     assert times(v1) == [(0.0, 1.0, 2.0), (1.0, 3.0, 3.0)]  # chunks of 7 (t=1) and 5 (t=2)
 
 
-@pytest.mark.parametrize("fast_forward", [True, False])
-def test_vllm_v1_preempts_a_half_prefilled_prompt_and_admits_nothing_that_step(run_mapping, fast_forward):
-    # 4 blocks of 4 tokens. t=0: A (4 tokens) and B's first chunk (4) take a block each. t=1: A's
-    # decode grows a block (1 free), B's next chunk of 7 needs 2: B (the newest) is preempted and,
-    # as in vLLM V1, nothing is admitted in that step, not even B again
+def _preemption_steps(run_mapping, fast_forward, prefix_caching):
     raw = explicit_scenario(
         [(0.0, 4, 9), (0.0, 12, 1)],
         policy="vllm_v1",
         scheduler={"max_num_batched_tokens": 8},
-        kv={"block_size_tokens": 4, "num_blocks": 4},
+        kv={"block_size_tokens": 4, "num_blocks": 4, "prefix_caching": prefix_caching},
         simulation={"fast_forward": fast_forward},
     )
     result = run_mapping(raw)
@@ -172,11 +168,34 @@ def test_vllm_v1_preempts_a_half_prefilled_prompt_and_admits_nothing_that_step(r
         (s["started_at_s"], s["num_prefill_tokens"], s["num_decode_tokens"], s["num_preemptions"])
         for s in read_steps(result)
     ]
-    assert steps[:3] == [(0.0, 8, 0, 0), (1.0, 0, 1, 1), (2.0, 7, 1, 0)]
     rows = read_requests(result)
     assert [r["status"] for r in rows] == ["completed", "completed"]
     assert rows[1]["num_preemptions"] >= 1
     assert rows[1]["first_scheduled_at_s"] == 0.0
+    return steps, rows
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_vllm_v1_preempts_a_half_prefilled_prompt_and_admits_nothing_that_step(run_mapping, fast_forward):
+    # 4 blocks of 4 tokens. t=0: A (4 tokens) and B's first chunk (4) take a block each. t=1: A's
+    # decode grows a block (1 free), B's next chunk of 7 needs 2: B (the newest) is preempted and,
+    # as in vLLM V1, nothing is admitted in that step, not even B again. Without prefix caching B
+    # recomputes its whole prompt from t=2 (chunks of 7 and 5)
+    steps, _ = _preemption_steps(run_mapping, fast_forward, prefix_caching=False)
+    assert steps[:3] == [(0.0, 8, 0, 0), (1.0, 0, 1, 1), (2.0, 7, 1, 0)]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_vllm_v1_preempted_blocks_stay_cached_and_only_the_rest_is_recomputed(run_mapping, fast_forward):
+    # as above, with prefix caching (vLLM V1's default): B's computed block is freed still cached.
+    # At t=2 B's 7-token chunk needs 2 new blocks plus its cached one back (vLLM counts a free
+    # cached block it reuses against the free blocks), 3 > 2 free: it waits for A (done at t=9),
+    # then prefills only the 8 tokens it had not computed
+    steps, rows = _preemption_steps(run_mapping, fast_forward, prefix_caching=True)
+    assert steps[:3] == [(0.0, 8, 0, 0), (1.0, 0, 1, 1), (2.0, 0, 1, 0)]
+    assert (9.0, 8, 0, 0) in steps
+    assert rows[1]["first_token_at_s"] == 10.0
+    assert rows[1]["num_preemptions"] == 1  # recomputing from scratch, it is preempted again
 
 
 def test_vllm_policy_name_is_ambiguous(run_mapping):
