@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.kvcache import KVAccountingError
-from clustersim.kvcache.prefix import PrefixCache
+from clustersim.kvcache.prefix import PrefixCache, resume_key
 
 
 def test_hits_pinning_and_lru_eviction():
@@ -24,6 +24,21 @@ def test_hits_pinning_and_lru_eviction():
     assert cache.evict(2) == 2 and "a" not in cache and "c" in cache  # least recently used first
     with pytest.raises(KVAccountingError):
         cache.release([("c", 1)])
+
+
+def test_a_preempted_requests_blocks_are_trimmed_from_the_end_not_dropped():
+    cache = PrefixCache()
+    cache.insert("old", 3)
+    cache.insert(resume_key(7), 5)  # most recently freed
+    assert cache.evict(4) == 4  # "old" whole (3), then one block off the resume segment's end
+    assert "old" not in cache and cache.size(resume_key(7)) == 4
+    assert (cache.num_blocks, cache.num_evictable_blocks) == (4, 4)
+    assert cache.evict(4) == 4 and resume_key(7) not in cache  # all of it: gone
+    cache.insert(resume_key(8), 2)
+    cache.acquire([(resume_key(8), 2)])
+    assert cache.take(resume_key(8)) == 2 and cache.num_blocks == 0  # its blocks go back to the sequence
+    with pytest.raises(KVAccountingError):
+        cache.take(resume_key(8))
 
 
 @settings(max_examples=200, deadline=None)
