@@ -90,6 +90,7 @@ class HardwareProfile(_Physical):
     decode_attention_half_occupancy_seqs: Cited[float] | None = None
     prefill_attention_compute_efficiency_frac: Cited[float] | None = None
     prefill_attention_latency_s: Cited[float] | None = None
+    prefill_attention_half_efficiency_tokens: Cited[float] | None = None
 
 
 class ModelProfile(_Physical):

@@ -72,11 +72,16 @@ def expected_experts_touched(num_tokens: int, num_experts: int, top_k: int) -> f
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """FLOPs and bytes of a group of kernels."""
+    """FLOPs and bytes of a group of kernels.
+
+    ``flops_per_key``: for prefill attention, each chunk's FLOPs divided by the keys it spans
+    (prior context + its own tokens), summed: what a key-length-dependent efficiency needs.
+    """
 
     flops: float
     bytes: float
     num_kernels: int
+    flops_per_key: float = 0.0
 
 
 def moe_experts_work(num_tokens: int, model: ModelShape, tensor_parallel: int) -> Work:
@@ -180,6 +185,8 @@ def prefill_attention_work(
     ones before it: ``n x (p + (n + 1) / 2)`` query-key pairs, 2 matmuls x 2 FLOPs x head dim each
     (MLA prefill decompresses K and V: ``qk_nope + qk_rope`` for scores, ``v_head_dim`` for values).
     Bytes: the prior KV read, the new KV written, queries read and outputs written.
+    ``flops_per_key`` weights each chunk by the keys it spans (``p + n``), the length its
+    kernel efficiency depends on (:func:`clustersim.cost.roofline.prefill_attention_layer_time`).
     """
     heads = model.num_attention_heads / tensor_parallel
     act = model.activation_bytes_per_element
@@ -193,7 +200,10 @@ def prefill_attention_work(
         qo_per_token = 2.0 * heads * model.head_dim * act
     flops = 0.0
     num_bytes = 0.0
+    per_key = 0.0
     for n, p in zip(new_tokens, context_tokens, strict=True):
-        flops += pair_flops * n * (p + (n + 1) / 2.0)
+        chunk = pair_flops * n * (p + (n + 1) / 2.0)
+        flops += chunk
+        per_key += chunk / (p + n)
         num_bytes += (p + n) * kv_per_token + n * qo_per_token
-    return Work(flops, num_bytes, 1)
+    return Work(flops, num_bytes, 1, per_key)

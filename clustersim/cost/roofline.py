@@ -172,7 +172,12 @@ def decode_attention_layer_time(work: Work, num_seqs: int, gpu: GpuSpec) -> _Tim
 
 
 def prefill_attention_layer_time(work: Work, gpu: GpuSpec) -> _Timed:
-    compute_s = work.flops / _attention_compute_flops_per_s(gpu)
+    """One layer of prefill attention. With ``prefill_attention_half_efficiency_tokens`` = h, a chunk
+    spanning L keys runs at ``frac x L / (L + h)`` of peak (FlashAttention's forward speed rises with
+    sequence length towards a plateau, FA2 and FA3 papers' benchmark figures): its time is
+    ``flops x (L + h) / L`` at the plateau rate, i.e. ``flops + h x flops_per_key`` in total."""
+    flops = work.flops + gpu.prefill_attention_half_efficiency_tokens * work.flops_per_key
+    compute_s = flops / _attention_compute_flops_per_s(gpu)
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
     return _Timed(
         work.flops, work.bytes, gpu.prefill_attention_latency_s + max(compute_s, memory_s), compute_s, memory_s

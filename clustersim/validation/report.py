@@ -77,7 +77,8 @@ def calibrate(
 
     A GPU without attention samples gets the attention fractions fitted on one that has them
     (the fit is redone against that GPU's own peaks, so the fractions carry over, not the times),
-    except the fields in ``keep[gpu]`` (values cited from a publication, see :func:`published_keys`).
+    except the fields in ``keep[gpu]`` (values cited from a publication, see :func:`published_keys`):
+    a group with such a field is not fitted at all, even on the GPU's own samples.
     """
     keep = keep or {}
     split = held_out(samples)
@@ -93,6 +94,8 @@ def calibrate(
         rec.record(fit_gemms(gemms, rec.spec), name)
         rec.record(fit_elementwise(_train(samples, split, name, "elementwise"), rec.spec), name)
         for group, fitter in (("attention_prefill", fit_prefill_attention), ("attention_decode", fit_decode_attention)):
+            if any(_FIT_GROUP[key] == group for key in keep.get(name, frozenset())):
+                continue  # priced from a publication: its own kernel timings score it, they do not refit it
             own = _train(samples, split, name, group)
             if own:
                 rec.record(fitter(own, rec.spec), name)
