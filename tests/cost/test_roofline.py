@@ -104,6 +104,19 @@ def test_prefill_attention_is_causal():
     assert chunk.op("attention_prefill").bytes == ((6 + 4) * 16 + 4 * 32) * 2
 
 
+def test_prefill_attention_efficiency_rises_with_the_keys_a_chunk_spans():
+    # with h = 10 tokens, a chunk spanning L keys runs at L / (L + 10) of the plateau rate
+    batch = StepBatch(prefill_new_tokens=(4, 2), prefill_context_tokens=(6, 0))
+    fast_memory = replace(GPU, hbm_bandwidth_bytes_per_s=1e12)  # so attention is compute-bound
+    flat = price_step(batch, TOY, fast_memory, 1).op("attention_prefill")
+    curved = price_step(batch, TOY, replace(fast_memory, prefill_attention_half_efficiency_tokens=10.0), 1)
+    long_chunk = 4 * 2 * 4 * 4 * (6 + 2.5) * 2  # spans 10 keys: twice the time at half the rate
+    short_chunk = 2 * 2 * 4 * 4 * 1.5 * 2  # spans 2 keys: 6 times the time
+    assert curved.op("attention_prefill").flops == flat.flops == long_chunk + short_chunk
+    compute_rate = flat.flops / flat.time_s
+    assert curved.op("attention_prefill").time_s == pytest.approx((2 * long_chunk + 6 * short_chunk) / compute_rate)
+
+
 def test_tensor_parallel_all_reduce_by_hand():
     # one token of 8 x 2 bytes; ring factor 2(2-1)/2 = 1; latency 1 s + 16 B / 10 B/s
     assert all_reduce_time_s(16, 2, GPU) == pytest.approx(2.6)
