@@ -5,7 +5,8 @@ a table and appended to a CSV file (``bench/results.csv`` by default) with the m
 
 The traffic is the peer comparison's: chat-like requests with the Azure 2023 conversation trace's
 length mix (~1,150 prompt / ~210 output tokens), Llama-2-7B on A100-80GB replicas, each replica
-offered 4.5 req/s (about 95% of the ~4.75 req/s it sustains with this mix).
+offered 3.9 req/s (about 95% of the ~4.1 req/s it sustains with this mix under the vLLM V1 engine
+profile; 4.5 req/s before the profiles were refitted to the public corpus, when it sustained ~4.75).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from clustersim.bench_replay import NUM_COPIES, REPLAY_CASE, REPLAY_REQUESTS, re
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.runner import run_scenario
 
-RATE_PER_REPLICA_PER_S = 4.5
+RATE_PER_REPLICA_PER_S = 3.9
 
 
 @dataclass(frozen=True)

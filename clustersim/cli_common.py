@@ -8,9 +8,19 @@ from pathlib import Path
 import click
 
 from clustersim.config.catalogue import builtin_data_dir
-from clustersim.doctables import shown_command, write_doc_table
+from clustersim.doctables import parse_target, shown_command, write_doc_table
 from clustersim.errors import ClusterSimError
 from clustersim.guard import fail
+
+
+def check_doc_target(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A ``--doc FILE.md#name`` checked when the command starts, not after its work is done."""
+    if value is not None:
+        try:
+            parse_target(value)
+        except ClusterSimError as exc:
+            fail(str(exc))
+    return value
 
 
 def write_doc(target: str, markdown: str, note: str = "") -> None:

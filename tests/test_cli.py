@@ -116,3 +116,20 @@ def test_report_without_the_plots_extra_says_what_to_install(tmp_path: Path, mon
         "clustersim: error: clustersim report needs seaborn (the plots extra): "
         "python -m pip install 'clustersim[plots]' (or '.[plots]' from a source tree)"
     ]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--sizes", "10k"],
+        ["compare", "default", "--vary", "seed=1,2"],
+        ["validate-cost", "."],
+    ],
+)
+def test_a_malformed_doc_target_fails_before_any_work(tmp_path: Path, args: list[str]):
+    results = tmp_path / "results.csv"
+    extra = ["--results", str(results)] if args[0] == "bench" else []
+    result = CliRunner().invoke(main, [*args, *extra, "--doc", "docs/speed.md"])
+    assert result.exit_code == 2
+    assert "--doc: expected FILE.md#name" in result.output
+    assert not results.exists()  # the benchmark did not run
