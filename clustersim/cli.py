@@ -23,7 +23,7 @@ from clustersim.bench import (
     run_in_child,
 )
 from clustersim.calibration.command import calibrate
-from clustersim.cli_common import check_doc_target, resolve_scenario_path, write_doc
+from clustersim.cli_common import doc_option, resolve_scenario_path, write_doc
 from clustersim.cli_sweep import compare_command, plan_command, sweep
 from clustersim.cli_validate import validate_command
 from clustersim.clock import Clock
@@ -136,12 +136,7 @@ def report(folder: Path, out_dir: Path | None) -> None:
     show_default=True,
     help="CSV file the measurements are appended to.",
 )
-@click.option(
-    "--doc",
-    metavar="FILE.md#NAME",
-    callback=check_doc_target,
-    help="Also write the table into that block of a Markdown file.",
-)
+@doc_option()
 def bench(cases: str, sizes: str, step_mode: bool, results: Path, doc: str | None) -> None:
     """Measure simulator speed on the standard benchmark scenarios (each in its own process)."""
     chosen_cases = [c.strip() for c in cases.split(",") if c.strip()]
@@ -186,12 +181,7 @@ def scenarios() -> None:
     is_flag=True,
     help="Instead: run scenarios/published/ and compare with DATA_DIR/published/serving_results.csv.",
 )
-@click.option(
-    "--doc",
-    metavar="FILE.md#NAME",
-    callback=check_doc_target,
-    help="Also write the report into that block of a Markdown file.",
-)
+@doc_option("report")
 def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bool, doc: str | None) -> None:
     """Score the cost model on the held-out half of the measured kernel times in DATA_DIR.
 

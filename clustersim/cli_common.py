@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -11,6 +13,8 @@ from clustersim.config.catalogue import builtin_data_dir
 from clustersim.doctables import parse_target, shown_command, write_doc_table
 from clustersim.errors import ClusterSimError
 from clustersim.guard import fail
+
+FC = TypeVar("FC", bound=Callable[..., Any])
 
 
 def check_doc_target(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
@@ -21,6 +25,16 @@ def check_doc_target(_ctx: click.Context, _param: click.Parameter, value: str | 
         except ClusterSimError as exc:
             fail(str(exc))
     return value
+
+
+def doc_option(what: str = "table") -> Callable[[FC], FC]:
+    """The ``--doc FILE.md#NAME`` option every table-writing command takes, checked at start."""
+    return click.option(
+        "--doc",
+        metavar="FILE.md#NAME",
+        callback=check_doc_target,
+        help=f"Also write the {what} into that block of a Markdown file.",
+    )
 
 
 def write_doc(target: str, markdown: str, note: str = "") -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from clustersim.cli_common import check_doc_target, resolve_data_file, resolve_scenario_path, write_doc
+from clustersim.cli_common import doc_option, resolve_data_file, resolve_scenario_path, write_doc
 from clustersim.compare import WINDOW_LABEL, compare, format_markdown, select_columns
 from clustersim.errors import ClusterSimError
 from clustersim.guard import EXIT_INTERRUPTED, fail
@@ -89,12 +89,7 @@ def interrupted(out_dir: Path, printer: PointPrinter) -> None:
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="A Ray cluster to join (with --backend ray) [default: start Ray locally].")
 @click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
-@click.option(
-    "--doc",
-    metavar="FILE.md#NAME",
-    callback=check_doc_target,
-    help="Also write the table into that block of a Markdown file.",
-)
+@doc_option()
 def sweep(
     sweep_file: str,
     out_dir: Path | None,
@@ -141,12 +136,7 @@ def sweep(
 @click.option("--jobs", type=click.IntRange(min=1), help="Variants run at once [default: the machine's cores].")
 @click.option("--columns", metavar="LABEL,...", help="Only these table columns (labels as printed), in this order.")
 @click.option("--tenant", metavar="NAME", help="Request counts, latencies and token rates of this tenant only.")
-@click.option(
-    "--doc",
-    metavar="FILE.md#NAME",
-    callback=check_doc_target,
-    help="Also write the table into that block of a Markdown file.",
-)
+@doc_option()
 @click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
 def compare_command(
     scenario: str,
@@ -191,12 +181,7 @@ def compare_command(
 @click.option("--jobs", type=click.IntRange(min=1), help="Runs at once [default: the machine's cores].")
 @click.option("--backend", type=click.Choice(["local", "ray"]), default="local", show_default=True)
 @click.option("--address", help="A Ray cluster to join (with --backend ray) [default: start Ray locally].")
-@click.option(
-    "--doc",
-    metavar="FILE.md#NAME",
-    callback=check_doc_target,
-    help="Also write the table into that block of a Markdown file.",
-)
+@doc_option()
 @click.option("--quiet", is_flag=True, help="Print only the table and where it went.")
 def plan_command(
     plan_file: str,
