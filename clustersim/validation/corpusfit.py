@@ -1,12 +1,22 @@
 """Fit the engine profiles' efficiency scales to the corpus, and cross-validate by publisher.
 
-What is fitted, for each engine and each GPU family its corpus rows cover (:class:`FitParam`):
+What is fitted (:class:`FitParam`). Each engine's scale on one GPU family is a product of three factors,
+fitted in log space: the engine's own (its kernels and fusions against the GPU profiles' kernel benchmarks,
+on every GPU), the GPU family's (what serving stacks reach on that family against its kernel benchmarks,
+shared by every engine) and their interaction (this engine on this family), which is pulled towards 1
+harder than the other two, so that what engines and GPUs share is carried by the shared factors and an
+engine is predicted on a family it was never measured on. Two kinds of scale are fitted this way:
 
-- ``compute``: one scale on the GPU profile's GEMM compute and prefill-attention efficiencies;
-- ``memory``: one scale on its GEMM memory, decode-attention and element-wise efficiencies;
-- ``moe`` (engine-wide, with MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
-- ``frontend`` (engine-wide, with rows served over HTTP): per-request time of the engine's front end
-  beyond its cited cost (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
+- ``compute``: the GPU profile's GEMM compute efficiency;
+- ``memory``: its GEMM memory, decode-attention and element-wise efficiencies.
+
+Engine-wide, where rows need them:
+
+- ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
+- ``comm`` (rows on more than one GPU per replica): the interconnect efficiency of the engine's
+  all-reduces against NCCL's measured one;
+- ``frontend`` (rows served over HTTP): per-request time of the engine's front end beyond its cited cost
+  (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
 
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to a user's
 own measurements). Every fit starts from the engine profiles without their ``efficiency`` blocks and fitted
@@ -15,7 +25,8 @@ within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull to
 constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each kind
 (throughput, TTFT, TPOT/ITL, E2E), under a soft-L1 loss: a row no setting can fit (a missing term) bends the
 fit less than squared error would let it. The Jacobian is taken by finite differences, re-running only the
-rows each parameter touches.
+rows each parameter touches; the three factors of one engine on one family enter only through their product,
+so one difference per engine and family serves all three.
 
 Leave-one-publisher-out: each publisher's rows are predicted by a fit to every other publisher's rows. A fold
 starts from the all-rows fit for the parameters the held-out rows do not touch and from 1 for those they do,
@@ -30,14 +41,14 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile
+from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all
 from clustersim.validation.rowscenario import RowScenario
@@ -45,44 +56,68 @@ from clustersim.validation.runcorpus import METRIC_KINDS
 
 SCALE_BOUND = 2.0  # |log(scale)| at most: a scale in [0.14, 7.4]
 PRIOR_WEIGHT = 0.3  # the pull of log(scale) towards 0, against residuals in log units
+INTERACTION_PRIOR_WEIGHT = 1.0  # one engine on one family: shared factors explain what they can first
 FAILED_RESIDUAL = 2.0  # a row that cannot be simulated with a candidate
 STEP = 0.05  # finite-difference step (log units; milliseconds for front-end time)
 FRONTEND_MAX_MS = 200.0
 FRONTEND_STEP_MS = 2.0  # wide enough that the small jumps of discrete batching do not decide the slope
 FRONTEND_START_MS = 1.0
-SCALE_FIELDS = {
+SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     # prefill attention is not scaled: engines run the FlashAttention kernels whose published speed the
     # GPU profiles carry (see prefill_attention_compute_efficiency_frac), so what differs between engines
     # on compute is their GEMMs and what they fuse around them
     "compute": ("gemm_compute_scale",),
     "memory": ("gemm_memory_scale", "decode_attention_scale", "elementwise_scale"),
+    "moe": ("moe_scale",),
+    "comm": ("comm_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
+FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
+ENGINE_KINDS = ("moe", "comm")  # engine-wide scales, written into every family's block
+FAMILIES: tuple[str, ...] = get_args(GpuFamily)
+Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
 
 
 @dataclass(frozen=True)
 class FitParam:
-    """One fitted number: a scale (log) of one engine on one GPU family, or an engine-wide one."""
+    """One fitted number (its log for a scale).
 
-    engine: str
-    kind: str  # compute | memory | moe | frontend
+    For ``compute`` and ``memory``: an engine's factor (``family`` None), a GPU family's factor shared by
+    every engine (``engine`` None), or one engine's interaction with one family (both set). The other
+    kinds are one engine's, on every family.
+    """
+
+    engine: str | None
+    kind: str  # compute | memory | moe | comm | frontend
     family: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.engine}.{self.kind}" + (f".{self.family}" if self.family else "")
+        return ".".join(part for part in (self.engine or "all", self.kind, self.family) if part)
 
-    def touches(self, engine: str, family: str | None, moe: bool) -> bool:
-        if engine != self.engine:
-            return False
-        if self.kind == "moe":
-            return moe
-        return self.family is None or self.family == family
+    @property
+    def interaction(self) -> bool:
+        return self.kind in FAMILY_KINDS and self.engine is not None and self.family is not None
+
+    def applies(self, atom: Atom) -> bool:
+        """Whether this parameter is a factor of ``atom``'s scale."""
+        engine, family, kind = atom
+        return (
+            kind == self.kind
+            and self.engine in (None, engine)
+            and (self.family in (None, family) if kind in FAMILY_KINDS else True)
+        )
 
     def touches_row(self, row: FitRow) -> bool:
+        if self.engine not in (None, row.engine):
+            return False
         if self.kind == "frontend":
-            return row.engine == self.engine and row.served
-        return self.touches(row.engine, row.family, row.moe)
+            return row.served
+        if self.kind == "moe":
+            return row.moe and row.family is not None
+        if self.kind == "comm":
+            return row.multi_gpu and row.family is not None
+        return row.family is not None and self.family in (None, row.family)
 
 
 @dataclass(frozen=True)
@@ -95,6 +130,11 @@ class FitRow:
     moe: bool
     task: RowTask
     served: bool = False  # the requests pass the engine's HTTP front end
+    multi_gpu: bool = False  # a replica spans GPUs (tensor or pipeline parallel): it communicates
+
+    def atoms(self, kind: str) -> list[Atom]:
+        """The scales of ``kind`` this row runs with (none without a GPU family)."""
+        return [(self.engine, self.family, kind)] if self.family is not None else []
 
 
 @dataclass
@@ -118,7 +158,9 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         family = hardware.family.value if hardware.family is not None else None
         moe = catalogue.model(cluster["model"]).num_experts is not None
         task = RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run)
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, bool(cluster.get("frontend", True))))
+        served = bool(cluster.get("frontend", True))
+        gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1))
     return found
 
 
@@ -127,34 +169,47 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
     params: set[FitParam] = set()
     for r in rows:
         if r.family is not None:
-            params.update((FitParam(r.engine, "compute", r.family), FitParam(r.engine, "memory", r.family)))
-        if r.moe:
-            params.add(FitParam(r.engine, "moe"))
+            for kind in FAMILY_KINDS:
+                params.update((FitParam(r.engine, kind), FitParam(None, kind, r.family)))
+                params.add(FitParam(r.engine, kind, r.family))
+            if r.moe:
+                params.add(FitParam(r.engine, "moe"))
+            if r.multi_gpu:
+                params.add(FitParam(r.engine, "comm"))
         if r.served:
             params.add(FitParam(r.engine, "frontend"))
-    return sorted(params, key=lambda p: (p.engine, p.kind, p.family or ""))
+    return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))
 
 
-def _scaled_engine(profile: EngineProfile, params: Sequence[FitParam], values: Sequence[float]) -> EngineProfile:
-    """``profile`` with an ``efficiency`` block holding ``values`` (``moe`` goes into every family's)."""
+def atom_scales(params: Sequence[FitParam], values: Sequence[float], engine: str,
+                offsets: Mapping[Atom, float] | None = None) -> dict[Atom, float]:  # fmt: skip
+    """Every scale ``engine`` carries (natural units): the product of the factors of each, times
+    ``exp(offset)`` where ``offsets`` moves one (the Jacobian's differences)."""
+    mine = [(p, v) for p, v in zip(params, values, strict=True) if p.kind != "frontend" and p.engine in (None, engine)]
+    if not any(p.engine == engine for p, _ in mine):
+        return {}
+    scales = {}
+    for family in FAMILIES:
+        for kind in (*FAMILY_KINDS, *ENGINE_KINDS):
+            atom = (engine, family, kind)
+            factors = [v for p, v in mine if p.applies(atom)]
+            if factors:
+                scales[atom] = math.prod(factors) * math.exp((offsets or {}).get(atom, 0.0))
+    return scales
+
+
+def _scaled_engine(profile: EngineProfile, engine: str, params: Sequence[FitParam], values: Sequence[float],
+                   offsets: Mapping[Atom, float] | None = None) -> EngineProfile:  # fmt: skip
+    """``profile`` with an ``efficiency`` block for every GPU family, holding the fitted scales."""
     efficiency: dict[str, dict[str, Any]] = {}
-
-    def cited(value: float) -> Cited[float]:
-        return Cited[float](value=float(value), source=FITTED_SOURCE)
-
-    for param, value in zip(params, values, strict=True):
-        if param.kind in SCALE_FIELDS and param.family is not None:
-            for name in SCALE_FIELDS[param.kind]:
-                efficiency.setdefault(param.family, {})[name] = cited(value)
-    for param, value in zip(params, values, strict=True):
-        if param.kind == "moe":
-            for scales in efficiency.values():
-                scales["moe_scale"] = cited(value)
+    for (_, family, kind), value in atom_scales(params, values, engine, offsets).items():
+        for name in SCALE_FIELDS[kind]:
+            efficiency.setdefault(family, {})[name] = Cited[float](value=float(value), source=FITTED_SOURCE)
     blocks = {family: EfficiencyScales(**scales) for family, scales in efficiency.items()}
     update: dict[str, Any] = {"efficiency": blocks or None}
     for param, value in zip(params, values, strict=True):
-        if param.kind == "frontend":
-            update["frontend_fitted_per_request_s"] = cited(value)
+        if param.kind == "frontend" and param.engine == engine:
+            update["frontend_fitted_per_request_s"] = Cited[float](value=float(value), source=FITTED_SOURCE)
     return profile.model_copy(update=update)
 
 
@@ -168,14 +223,12 @@ def reference_engines(catalogue: Catalogue) -> dict[str, EngineProfile]:
     return engines
 
 
-def engines_with(
-    base: Mapping[str, EngineProfile], params: Sequence[FitParam], values: Sequence[float]
-) -> dict[str, EngineProfile]:
+def engines_with(base: Mapping[str, EngineProfile], params: Sequence[FitParam], values: Sequence[float],
+                 offsets: Mapping[Atom, float] | None = None) -> dict[str, EngineProfile]:  # fmt: skip
     """The engine profiles with the parameters set to ``values`` (natural units)."""
     engines = dict(base)
-    for name in {p.engine for p in params}:
-        mine = [(p, v) for p, v in zip(params, values, strict=True) if p.engine == name]
-        engines[name] = _scaled_engine(base[name], [p for p, _ in mine], [v for _, v in mine])
+    for name in {p.engine for p in params if p.engine is not None}:
+        engines[name] = _scaled_engine(base[name], name, params, values, offsets)
     return engines
 
 
@@ -199,8 +252,10 @@ def solver_step(param: FitParam) -> float:
 
 
 def prior_weight(param: FitParam) -> float:
-    """The pull towards the start: scales towards 1; front-end time has none."""
-    return 0.0 if param.kind == "frontend" else PRIOR_WEIGHT
+    """The pull towards the start: scales towards 1, interactions harder; front-end time has none."""
+    if param.kind == "frontend":
+        return 0.0
+    return INTERACTION_PRIOR_WEIGHT if param.interaction else PRIOR_WEIGHT
 
 
 def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | None]) -> NDArray[np.float64]:
@@ -229,12 +284,13 @@ class Evaluator:
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
         self.num_runs = 0
 
-    def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None) -> dict[str, Prediction | None]:
+    def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
+                offsets: Mapping[Atom, float] | None = None) -> dict[str, Prediction | None]:  # fmt: skip
         key = tuple(float(v) for v in x)
         if only is None and key in self.cache:
             return self.cache[key]
         values = [natural(p, v) for p, v in zip(self.params, x, strict=True)]
-        engines = engines_with(self.base, self.params, values)
+        engines = engines_with(self.base, self.params, values, offsets)
         root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
         self.num_runs += 1
@@ -252,16 +308,31 @@ def _vector(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDA
 def _jacobian(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDArray[np.float64]:
     base = ev.predict(x)
     r0 = residuals(ev.rows, base)
+    atom_columns: dict[Atom, NDArray[np.float64]] = {}
+
+    def difference(touched: list[FitRow], moved: NDArray[np.float64], offsets: dict[Atom, float] | None,
+                   step: float) -> NDArray[np.float64]:  # fmt: skip
+        changed = {**base, **ev.predict(moved, touched, offsets)}
+        return (residuals(ev.rows, changed) - r0) / step
+
+    def atom_column(atom: Atom) -> NDArray[np.float64]:
+        if atom not in atom_columns:
+            touched = [r for r in ev.rows if atom in r.atoms(atom[2])]
+            atom_columns[atom] = difference(touched, x, {atom: STEP}, STEP)
+        return atom_columns[atom]
+
     jac = np.zeros((len(r0) + len(active), len(active)))
     for col, i in enumerate(active):
         param = ev.params[i]
         touched = [r for r in ev.rows if param.touches_row(r)]
-        if touched:
+        if touched and param.kind in FAMILY_KINDS:
+            atoms = sorted({a for r in touched for a in r.atoms(param.kind)})
+            jac[: len(r0), col] = np.sum([atom_column(a) for a in atoms], axis=0)
+        elif touched:
             step = solver_step(param)
             moved = x.copy()
             moved[i] += step
-            changed = {**base, **ev.predict(moved, touched)}
-            jac[: len(r0), col] = (residuals(ev.rows, changed) - r0) / step
+            jac[: len(r0), col] = difference(touched, moved, None, step)
         jac[len(r0) + col, col] = prior_weight(param)
     return jac
 

@@ -106,7 +106,6 @@ def fit_table(params: Sequence[FitParam], values: Sequence[float], num_rows: dic
     """The fitted scales: engine, what they scale, GPU family, value, rows they rest on (Markdown)."""
     lines = ["| engine | scale | GPU family | value | rows |", "|---|---|---|---|---|"]
     for param, value in zip(params, values, strict=True):
-        lines.append(
-            f"| {param.engine} | {param.kind} | {param.family or 'all'} | {value:.3f} | {num_rows[param.label]} |"
-        )
+        engine, family = param.engine or "all", param.family or "all"
+        lines.append(f"| {engine} | {param.kind} | {family} | {value:.3f} | {num_rows[param.label]} |")
     return "\n".join(lines)

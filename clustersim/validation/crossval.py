@@ -20,10 +20,13 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.sweeps.backends import default_jobs
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
+    FAMILIES,
     SCALE_FIELDS,
+    Atom,
     Evaluator,
     FitParam,
     FitRow,
+    atom_scales,
     fit,
     fit_rows,
     natural,
@@ -120,29 +123,29 @@ def fit_corpus(
 
 
 def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
-    """The ``efficiency:`` block of one engine profile holding the fitted scales, each with ``source``."""
-    families: dict[str, list[str]] = {}
-    moe = next(
-        (v for p, v in zip(result.params, result.values, strict=True) if p.engine == engine and p.kind == "moe"), None
-    )
-    for param, value in zip(result.params, result.values, strict=True):
-        if param.engine != engine or param.family is None:
-            continue
-        lines = families.setdefault(param.family, [])
-        rows = result.num_rows[param.label]
-        for name in SCALE_FIELDS[param.kind]:
-            lines.append(f'    {name}:\n      value: {value:.4g}\n      source: "{source}; {rows} rows"')
+    """The ``efficiency:`` block of one engine profile holding the fitted scales, each with ``source`` and
+    the factors it is the product of (with the rows each rests on)."""
+    pairs = list(zip(result.params, result.values, strict=True))
+
+    def cite(atom: Atom) -> str:
+        factors = [f"{p.label} {v:.3g} ({result.num_rows[p.label]} rows)" for p, v in pairs if p.applies(atom)]
+        return f"{source}; " + " x ".join(factors)
+
     text = ""
-    for param, value in zip(result.params, result.values, strict=True):
+    for param, value in pairs:
         if param.engine == engine and param.kind == "frontend":
             rows = result.num_rows[param.label]
             text += f'frontend_fitted_per_request_s:\n  value: {value:.4g}\n  source: "{source}; {rows} served rows"\n'
-    text += "efficiency:\n"
-    for family, lines in sorted(families.items()):
-        text += f"  {family}:\n" + "\n".join(lines) + "\n"
-        if moe is not None:
-            rows = result.num_rows[f"{engine}.moe"]
-            text += f'    moe_scale:\n      value: {moe:.4g}\n      source: "{source}; {rows} MoE rows"\n'
+    families: dict[str, list[str]] = {}
+    for atom, value in atom_scales(result.params, result.values, engine).items():
+        for name in SCALE_FIELDS[atom[2]]:
+            line = f'    {name}:\n      value: {value:.4g}\n      source: "{cite(atom)}"'
+            families.setdefault(atom[1], []).append(line)
+    if families:
+        text += "efficiency:\n"
+    for family in FAMILIES:
+        if family in families:
+            text += f"  {family}:\n" + "\n".join(families[family]) + "\n"
     return text
 
 
@@ -150,7 +153,7 @@ def write_efficiency(result: CorpusFit, catalogue_root: Path, source: str) -> li
     """Replace (or add) the ``efficiency:`` block of each fitted engine's YAML file under ``catalogue_root``."""
     written = []
     catalogue = Catalogue(catalogue_root)
-    for engine in sorted({p.engine for p in result.params}):
+    for engine in sorted({p.engine for p in result.params if p.engine is not None}):
         name = catalogue.engine(engine).name
         path = next(p for p in sorted((catalogue_root / "engines").glob("*.yaml")) if _profile_name(p) == name)
         text = path.read_text(encoding="utf-8")

@@ -5,11 +5,24 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.corpusfit import FitParam, engines_with, fit_rows, parameters, reference_engines
+from clustersim.validation.corpusfit import (
+    INTERACTION_PRIOR_WEIGHT,
+    PRIOR_WEIGHT,
+    FitParam,
+    _jacobian,
+    atom_scales,
+    engines_with,
+    fit_rows,
+    natural,
+    parameters,
+    prior_weight,
+    reference_engines,
+)
 from clustersim.validation.crossval import efficiency_yaml, fit_corpus
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
@@ -50,7 +63,8 @@ def rows_generated_by(scales: dict[str, float], tmp_path) -> list[CorpusRow]:
 def test_the_fit_recovers_the_scales_that_made_the_data(tmp_path):
     rows = rows_generated_by(TRUE, tmp_path)
     result = fit_corpus(rows, CATALOGUE, jobs=2, max_iterations=12, fold_iterations=12)
-    fitted = {p.kind: v for p, v in zip(result.params, result.values, strict=True)}
+    scales = atom_scales(result.params, result.values, "vllm-v1")
+    fitted = {kind: scales[("vllm-v1", "hopper", kind)] for kind in TRUE}
     assert fitted["compute"] == pytest.approx(TRUE["compute"], rel=0.05)
     assert fitted["memory"] == pytest.approx(TRUE["memory"], rel=0.05)
     # every row was predicted by a fit that never saw its publisher, and those predictions are close too
@@ -60,12 +74,71 @@ def test_the_fit_recovers_the_scales_that_made_the_data(tmp_path):
         assert math.isclose(outcome.predicted["output_tok_per_s"], published, rel_tol=0.1)
 
 
-def test_parameters_are_per_engine_and_gpu_family():
+def test_parameters_factor_engine_gpu_family_and_their_interaction():
     rows = [dataclasses.replace(BASE, row_id=f"a-{gpu}", publisher="a", gpu=gpu) for gpu in ("H100-SXM", "A100-80GB")]
-    built = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
-    assert [p.label for p in parameters(built)] == [
-        "vllm-v1.compute.ampere", "vllm-v1.compute.hopper", "vllm-v1.memory.ampere", "vllm-v1.memory.hopper"
+    rows.append(dataclasses.replace(BASE, row_id="a-tp2", publisher="a", tp=2, num_gpus=2, load_kind="rate", load=1.0))
+    params = parameters(fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE))
+    assert [p.label for p in params] == [
+        "all.compute.ampere", "all.compute.hopper", "all.memory.ampere", "all.memory.hopper",
+        "vllm-v1.comm", "vllm-v1.compute", "vllm-v1.compute.ampere", "vllm-v1.compute.hopper",
+        "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere", "vllm-v1.memory.hopper",
     ]  # fmt: skip
+    weights = {p.label: prior_weight(p) for p in params}
+    assert weights["vllm-v1.compute.hopper"] == INTERACTION_PRIOR_WEIGHT > PRIOR_WEIGHT == weights["all.compute.hopper"]
+    assert weights["vllm-v1.compute"] == PRIOR_WEIGHT and weights["vllm-v1.frontend"] == 0.0
+
+
+def test_an_engine_is_predicted_on_a_family_it_was_never_measured_on():
+    params = [
+        FitParam("sglang", "memory"), FitParam(None, "memory", "cdna3"), FitParam("vllm-v1", "memory"),
+        FitParam("vllm-v1", "memory", "cdna3"), FitParam("sglang", "moe"),
+    ]  # fmt: skip
+    scales = atom_scales(params, [0.9, 0.5, 1.1, 0.8, 0.6], "sglang")
+    # SGLang was never measured on CDNA3: its factor times the family's, no interaction
+    assert scales[("sglang", "cdna3", "memory")] == pytest.approx(0.45)
+    assert scales[("sglang", "hopper", "memory")] == pytest.approx(0.9)  # no family factor there
+    assert scales[("sglang", "ampere", "moe")] == 0.6  # engine-wide
+    assert atom_scales(params, [0.9, 0.5, 1.1, 0.8, 0.6], "vllm-v1")[("vllm-v1", "cdna3", "memory")] == pytest.approx(
+        1.1 * 0.5 * 0.8
+    )
+    assert atom_scales(params, [0.9, 0.5, 1.1, 0.8, 0.6], "trtllm") == {}  # never fitted: profile untouched
+
+
+class _ClosedForm:
+    """An evaluator whose 'simulation' is a closed form in each row's scales: to check the Jacobian."""
+
+    def __init__(self, rows, params):
+        self.rows, self.params = rows, params
+
+    def predict(self, x, only=None, offsets=None):
+        values = [natural(p, v) for p, v in zip(self.params, x, strict=True)]
+        found = {}
+        for r in only if only is not None else self.rows:
+            s = atom_scales(self.params, values, r.engine, offsets)
+            compute, memory = s[(r.engine, r.family, "compute")], s[(r.engine, r.family, "memory")]
+            found[r.row.row_id] = {
+                "output_tok_per_s": compute**0.3 * memory**0.7 * (2.0 if r.family == "hopper" else 1)
+            }
+        return found
+
+
+def test_the_jacobian_of_a_shared_factor_is_the_sum_over_the_scales_it_multiplies():
+    rows = [dataclasses.replace(BASE, row_id=f"a-{gpu}", publisher="a", gpu=gpu) for gpu in ("H100-SXM", "A100-80GB")]
+    frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    params = parameters(frows)
+    ev = _ClosedForm(frows, params)
+    x = np.linspace(-0.2, 0.3, len(params))
+    active = list(range(len(params)))
+    jac = _jacobian(ev, x, active)  # type: ignore[arg-type]
+    direct = np.zeros_like(jac)
+    r0 = np.log([ev.predict(x)[r.row.row_id]["output_tok_per_s"] for r in frows])
+    for col in active:
+        moved = x.copy()
+        moved[col] += 1e-6
+        r1 = np.log([ev.predict(moved)[r.row.row_id]["output_tok_per_s"] for r in frows])
+        direct[: len(frows), col] = (r1 - r0) / 1e-6
+    np.testing.assert_allclose(jac[: len(frows)], direct[: len(frows)], atol=1e-4)
+    assert jac[len(frows) :].diagonal().tolist() == [prior_weight(p) for p in params]
 
 
 def test_the_efficiency_block_cites_its_fit():
@@ -77,6 +150,8 @@ def test_the_efficiency_block_cites_its_fit():
     assert (scales.gemm_memory_scale.value, scales.decode_attention_scale.value) == (0.85, 0.85)
     from clustersim.validation.crossval import CorpusFit
 
-    text = efficiency_yaml(CorpusFit(params, [0.7, 0.85], {p.label: 3 for p in params}, [], [], []), "vllm-v1", "fit X")
-    assert text.startswith("efficiency:\n  hopper:\n    gemm_compute_scale:\n      value: 0.7\n")
-    assert 'source: "fit X; 3 rows"' in text
+    params.append(FitParam(None, "compute", "hopper"))
+    fit = CorpusFit(params, [0.7, 0.85, 1.2], {p.label: 3 for p in params}, [], [], [])
+    text = efficiency_yaml(fit, "vllm-v1", "fit X")
+    assert text.startswith("efficiency:\n  hopper:\n    gemm_compute_scale:\n      value: 0.84\n")
+    assert 'source: "fit X; vllm-v1.compute.hopper 0.7 (3 rows) x all.compute.hopper 1.2 (3 rows)"' in text
