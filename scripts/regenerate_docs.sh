@@ -10,7 +10,7 @@ trap 'rm -rf "$out"' EXIT
 LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met %"
 
 # docs/validation.md and the engine profiles: the public corpus, the engines' efficiency scales fitted to it
-# and every row predicted with its publisher left out (about 90 minutes on 2 cores); first, since every
+# and every row predicted with its publisher left out (about 50 minutes on 2 cores); first, since every
 # other figure is priced with the profiles it writes
 clustersim validate --fit --write-profiles --quiet --out "$out/corpus-fit" --doc docs/validation.md
 cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
