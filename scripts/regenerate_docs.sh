@@ -132,3 +132,4 @@ clustersim calibrate docs/data/trtllm-published.csv --engine trtllm --set schedu
 
 # docs/speed.md: the benchmark
 clustersim bench --sizes 10k,100k,1M --doc docs/speed.md#bench
+clustersim bench --cases azure-replay --doc docs/speed.md#replay

@@ -87,7 +87,10 @@ KNOWN_GAPS: dict[str, tuple[float, str]] = {
         "a 1000 W custom-cooled H200 (CTS): 15% more per GPU than the 700 W H200 of the same round; one H200 profile",
     ),
     "mlperf41_h200x1_srv": (35.0, "as mlperf41_h200x1_off, amplified: the Server rate is above the modelled capacity"),
-    "mlperf41_l40sx8_off": (25.0, "parallelism not published (4 x TP2 assumed); L40S has no measured kernels"),
+    "trtllm061_a100_l7b_tput": (
+        22.0,
+        "no corpus row has TensorRT-LLM on Ampere: its scales there are its engine factor times Ampere's family factor",
+    ),
     "vllm_ci_h200_l8b_tput": (25.0, "ShareGPT length shapes assumed (only their means are published)"),
 }
 
