@@ -81,7 +81,7 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.option(
     "--fold-iterations",
     type=click.IntRange(min=1),
-    default=5,
+    default=3,
     show_default=True,
     help="... of each leave-one-publisher-out fit.",
 )
