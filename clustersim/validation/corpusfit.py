@@ -109,15 +109,11 @@ class FitParam:
         )
 
     def touches_row(self, row: FitRow) -> bool:
-        if self.engine not in (None, row.engine):
-            return False
         if self.kind == "frontend":
-            return row.served
-        if self.kind == "moe":
-            return row.moe and row.family is not None
-        if self.kind == "comm":
-            return row.multi_gpu and row.family is not None
-        return row.family is not None and self.family in (None, row.family)
+            return row.served and self.engine == row.engine
+        if (self.kind == "moe" and not row.moe) or (self.kind == "comm" and not row.multi_gpu):
+            return False
+        return any(self.applies(atom) for atom in row.atoms(self.kind))
 
 
 @dataclass(frozen=True)
