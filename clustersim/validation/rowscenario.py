@@ -9,8 +9,9 @@ The scenario is the benchmark the row describes (:mod:`clustersim.validation.cor
 - ``rate``: Poisson arrivals at ``load`` requests per second (``--request-rate``; MLPerf Server);
 - ``batch``: ``load`` requests at t=0 that run as one batch (``max_num_seqs`` at least ``load``).
 
-Lengths are fixed for synthetic (``random``) rows; a named dataset with published mean lengths
-draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
+Lengths are fixed for synthetic (``random``) rows, and uniform within ``R`` of them for
+``random-range-R`` rows (``vllm bench serve --random-range-ratio R``); a named dataset with published
+mean lengths draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
 its scheduler defaults, unless the row states ``max_num_seqs`` or ``max_num_batched_tokens``.
 Requests served over HTTP (``concurrency`` and ``rate``) pass the engine's front end; offline ones
 (the engine's Python or C++ API) do not.
@@ -104,6 +105,9 @@ UNMODELLED_FEATURES = {
     "spec_decode": "speculative decoding needs the run's acceptance rate, which is not published",
 }
 FIXED_DATASETS = ("random", "fixed", "synthetic", "")
+# vllm bench serve --dataset-name random --random-range-ratio R: each length uniform on [L(1-R), L(1+R)]
+# (vllm/benchmarks/datasets.py, RandomDataset.sample: input_low / input_high from the range ratio)
+RANGE_DATASET = re.compile(r"random-range-(0(?:\.\d+)?|1(?:\.0+)?)$")
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,15 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
     if row.prompt_tokens is None or row.output_tokens is None:
         return None, None, "mean prompt and output lengths are not published"
     prompt, output = max(1, round(row.prompt_tokens)), max(1, round(row.output_tokens))
+    ranged = RANGE_DATASET.match(row.dataset)
+    if ranged:
+        ratio = float(ranged.group(1))
+
+        def within(length: int) -> dict[str, Any]:
+            low, high = max(1, math.floor(length * (1 - ratio))), max(1, math.ceil(length * (1 + ratio)))
+            return {"kind": "uniform", "min_tokens": low, "max_tokens": high}
+
+        return {"prompt_tokens": within(prompt), "output_tokens": within(output)}, None, None
     if row.dataset in FIXED_DATASETS:
         fixed = {
             "prompt_tokens": {"kind": "fixed", "tokens": prompt},
