@@ -107,14 +107,15 @@ def test_datasets_draw_lengths_with_the_published_means():
 
 
 def test_a_range_ratio_draws_lengths_within_it_of_the_nominal_ones():
-    tenant = build(dataset="random-range-0.15", prompt_tokens=20000, output_tokens=2000).mapping["workload"]["tenants"][0]
-    assert tenant["prompt_tokens"] == {"kind": "uniform", "min_tokens": 17000, "max_tokens": 23000}
-    assert tenant["output_tokens"] == {"kind": "uniform", "min_tokens": 1700, "max_tokens": 2300}
-    whole = build(dataset="random-range-1", prompt_tokens=10, output_tokens=1).mapping["workload"]["tenants"][0]
-    assert whole["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 20}
-    assert build(dataset="random-range-2", prompt_tokens=10, output_tokens=1).mapping["workload"]["tenants"][0][
-        "prompt_tokens"
-    ]["kind"] == "lognormal"  # not a range ratio vLLM accepts: an unknown dataset's generic shape
+    def tenant(dataset: str, prompt: int, output: int) -> dict:
+        return build(dataset=dataset, prompt_tokens=prompt, output_tokens=output).mapping["workload"]["tenants"][0]
+
+    ranged = tenant("random-range-0.15", 20000, 2000)
+    assert ranged["prompt_tokens"] == {"kind": "uniform", "min_tokens": 17000, "max_tokens": 23000}
+    assert ranged["output_tokens"] == {"kind": "uniform", "min_tokens": 1700, "max_tokens": 2300}
+    assert tenant("random-range-1", 10, 1)["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 20}
+    # not a range ratio vLLM accepts: an unknown dataset's generic shape
+    assert tenant("random-range-2", 10, 1)["prompt_tokens"]["kind"] == "lognormal"
 
 
 def test_repeated_prompts_keep_only_the_throughputs():
