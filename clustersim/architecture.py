@@ -415,6 +415,13 @@ class GpuSpec:
             else spec.decode_attention_memory_efficiency_frac,
             interconnect_efficiency_frac=scaled(spec.interconnect_efficiency_frac, scales.comm_scale),
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
+            engine=engine_spec
+            if scales.comm_latency_scale is None
+            else replace(
+                engine_spec,
+                all_reduce_latency_s=(engine_spec.all_reduce_latency_s or spec.interconnect_latency_s)
+                * scales.comm_latency_scale.value,
+            ),
         )
 
     @property

@@ -171,3 +171,22 @@ def test_engine_efficiency_scales_multiply_the_gpus_fractions_capped_at_one():
     assert gpu.engine.frontend_per_request_s == pytest.approx(plain.engine.frontend_per_request_s + 0.01)
     a100 = GpuSpec.from_profiles(CATALOGUE.hardware("A100-80GB"), engine)  # another family: untouched
     assert a100.compute_efficiency_frac == CATALOGUE.hardware("A100-80GB").compute_efficiency_frac.value
+
+
+def test_an_engines_all_reduce_latency_replaces_nccls_and_its_fitted_scale_multiplies_it():
+    from clustersim.config.profiles import Cited, EfficiencyScales
+    from clustersim.cost.roofline import all_reduce_time_s
+
+    hardware = CATALOGUE.hardware("H100-SXM")
+    own = CATALOGUE.engine("vllm-v1").model_copy(update={"efficiency": None})
+    nccl = own.model_copy(update={"all_reduce_latency_s": None})
+    assert GpuSpec.from_profiles(hardware, nccl).engine.all_reduce_latency_s == 0.0  # the link's (NCCL) latency
+    gpu = GpuSpec.from_profiles(hardware, own)
+    assert gpu.engine.all_reduce_latency_s == own.all_reduce_latency_s.value < hardware.interconnect_latency_s.value
+    assert all_reduce_time_s(0.0, 8, gpu) == pytest.approx(own.all_reduce_latency_s.value)
+    assert all_reduce_time_s(0.0, 8, GpuSpec.from_profiles(hardware, nccl)) == hardware.interconnect_latency_s.value
+    scales = EfficiencyScales(comm_latency_scale=Cited[float](value=3.0, source="test scale"))
+    scaled = GpuSpec.from_profiles(hardware, own.model_copy(update={"efficiency": {"hopper": scales}}))
+    assert scaled.engine.all_reduce_latency_s == pytest.approx(3.0 * own.all_reduce_latency_s.value)  # not capped
+    fitted_nccl = GpuSpec.from_profiles(hardware, nccl.model_copy(update={"efficiency": {"hopper": scales}}))
+    assert fitted_nccl.engine.all_reduce_latency_s == pytest.approx(3.0 * hardware.interconnect_latency_s.value)

@@ -147,7 +147,9 @@ class EfficiencyScales(_Physical):
     ``gemm_compute_scale`` and ``gemm_memory_scale`` the dense GEMMs' compute and memory efficiency,
     ``prefill_attention_scale`` and ``decode_attention_scale`` attention's, ``elementwise_scale`` the
     memory-bound element-wise kernels', ``moe_scale`` both efficiencies of the routed experts' grouped
-    GEMMs, ``comm_scale`` the interconnect efficiency of all-reduces. Absent: 1.
+    GEMMs, ``comm_scale`` the interconnect efficiency of all-reduces, ``comm_latency_scale`` the latency
+    of one all-reduce (the engine's ``all_reduce_latency_s``, else the GPU profile's link latency; this
+    one is not capped). Absent: 1.
     """
 
     gemm_compute_scale: Cited[float] | None = None
@@ -157,6 +159,7 @@ class EfficiencyScales(_Physical):
     elementwise_scale: Cited[float] | None = None
     moe_scale: Cited[float] | None = None
     comm_scale: Cited[float] | None = None
+    comm_latency_scale: Cited[float] | None = None
 
 
 class EngineSchedulerDefaults(StrictModel):

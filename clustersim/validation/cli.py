@@ -7,7 +7,7 @@ from pathlib import Path
 from clustersim.architecture import GpuSpec
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation.fit import apply
-from clustersim.validation.kernels import files_by_gpu_and_group, load_samples
+from clustersim.validation.kernels import files_by_gpu_and_group, kernel_engine, load_samples
 from clustersim.validation.report import (
     calibrate,
     calibration_sources,
@@ -33,8 +33,7 @@ def run_validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, catalogue
     profiles = profiles_dir_of(data_dir)
     samples = load_samples(profiles)
     names = sorted({s.gpu for s in samples})
-    # kernel timings measure the GPU's kernels: the engine's corpus-fitted efficiency scales stay out
-    engine = catalogue.engine("vllm").model_copy(update={"efficiency": None})
+    engine = kernel_engine(catalogue)
     gpus = {name: GpuSpec.from_profiles(catalogue.hardware(name), engine) for name in names}
     lines = ["held-out mean absolute percentage error per GPU and op group (catalogue calibration):"]
     scored = score(samples, gpus)

@@ -15,6 +15,8 @@ Engine-wide, where rows need them:
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
 - ``comm`` (rows on more than one GPU per replica): the interconnect efficiency of the engine's
   all-reduces against NCCL's measured one;
+- ``comm_latency`` (the same rows): the latency of one of the engine's all-reduces against its cited
+  value (``all_reduce_latency_s``: the custom all-reduce kernels a decode step's small messages see);
 - ``frontend`` (rows served over HTTP): per-request time of the engine's front end beyond its cited cost
   (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
 
@@ -70,10 +72,11 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     "memory": ("gemm_memory_scale", "decode_attention_scale", "elementwise_scale"),
     "moe": ("moe_scale",),
     "comm": ("comm_scale",),
+    "comm_latency": ("comm_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
-ENGINE_KINDS = ("moe", "comm")  # engine-wide scales, written into every family's block
+ENGINE_KINDS = ("moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
 
@@ -88,7 +91,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | moe | comm | frontend
+    kind: str  # compute | memory | moe | comm | comm_latency | frontend
     family: str | None = None
 
     @property
@@ -111,7 +114,7 @@ class FitParam:
     def touches_row(self, row: FitRow) -> bool:
         if self.kind == "frontend":
             return row.served and self.engine == row.engine
-        if (self.kind == "moe" and not row.moe) or (self.kind == "comm" and not row.multi_gpu):
+        if (self.kind == "moe" and not row.moe) or (self.kind.startswith("comm") and not row.multi_gpu):
             return False
         return any(self.applies(atom) for atom in row.atoms(self.kind))
 
@@ -171,7 +174,7 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             if r.moe:
                 params.add(FitParam(r.engine, "moe"))
             if r.multi_gpu:
-                params.add(FitParam(r.engine, "comm"))
+                params.update((FitParam(r.engine, "comm"), FitParam(r.engine, "comm_latency")))
         if r.served:
             params.add(FitParam(r.engine, "frontend"))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))

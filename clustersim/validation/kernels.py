@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from clustersim.architecture import GpuSpec, ModelShape
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.profiles import EngineProfile
 from clustersim.cost.ops import (
     Gemm,
     Work,
@@ -43,6 +45,13 @@ MS = 1e-3
 _GPU_OF_PREFIX = {"vidur_h100": "H100-SXM", "vidur_a100": "A100-80GB"}
 _LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 _ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+
+
+def kernel_engine(catalogue: Catalogue) -> EngineProfile:
+    """The engine profile kernel timings are priced with: the GPU's kernels as measured, so without the
+    engine's corpus-fitted efficiency scales and with NCCL's all-reduce (what the timings ran), not the
+    engine's own all-reduce kernels."""
+    return catalogue.engine("vllm").model_copy(update={"efficiency": None, "all_reduce_latency_s": None})
 
 
 @dataclass(frozen=True, slots=True)

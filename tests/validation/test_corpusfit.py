@@ -80,8 +80,9 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     params = parameters(fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE))
     assert [p.label for p in params] == [
         "all.compute.ampere", "all.compute.hopper", "all.memory.ampere", "all.memory.hopper",
-        "vllm-v1.comm", "vllm-v1.compute", "vllm-v1.compute.ampere", "vllm-v1.compute.hopper",
-        "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere", "vllm-v1.memory.hopper",
+        "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
+        "vllm-v1.compute.hopper", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
+        "vllm-v1.memory.hopper",
     ]  # fmt: skip
     weights = {p.label: prior_weight(p) for p in params}
     assert weights["vllm-v1.compute.hopper"] == INTERACTION_PRIOR_WEIGHT > PRIOR_WEIGHT == weights["all.compute.hopper"]

@@ -9,7 +9,7 @@ from conftest import SHARED
 
 from clustersim.architecture import GpuSpec
 from clustersim.config.catalogue import Catalogue
-from clustersim.validation.kernels import held_out, load_samples
+from clustersim.validation.kernels import held_out, kernel_engine, load_samples
 from clustersim.validation.report import calibrate, mape_table, published_keys, score
 
 PROFILES = SHARED / "profiles"
@@ -25,8 +25,7 @@ def samples():
 @pytest.fixture(scope="module")
 def gpus():
     catalogue = Catalogue.builtin()
-    # kernel timings measure the GPU's kernels: the engine's corpus-fitted efficiency scales stay out
-    engine = catalogue.engine("vllm").model_copy(update={"efficiency": None})
+    engine = kernel_engine(catalogue)
     return {n: GpuSpec.from_profiles(catalogue.hardware(n), engine) for n in ("H100-SXM", "A100-80GB")}
 
 
