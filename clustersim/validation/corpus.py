@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,10 @@ THROUGHPUT_COLUMNS = ("output_tok_per_s", "total_tok_per_s", "req_per_s")
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4", "int4", "int8")
 KV_PRECISIONS = ("bf16", "fp16", "fp8")
 REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kind")
+# ``random-range-R``: vllm bench serve --dataset-name random --random-range-ratio R, each length uniform on
+# [L(1-R), L(1+R)] (vllm/benchmarks/datasets.py, RandomDataset.sample: input_low / input_high from the ratio)
+RANGE_PREFIX = "random-range-"
+RANGE_DATASET = re.compile(r"random-range-(0(?:\.\d+)?|1(?:\.0+)?)$")
 # what a row's deployment did beyond its columns (``features``, separated by ``;``)
 FEATURES = {
     "dp_attention": "attention data-parallel across the GPUs (SGLang/TRT-LLM DP attention) beside TP or EP MoE",
@@ -214,6 +219,13 @@ def _fraction(text: str, where: str) -> float | None:
     return value
 
 
+def _dataset(text: str, where: str) -> str:
+    name = text.lower()
+    if name.startswith(RANGE_PREFIX) and not RANGE_DATASET.match(name):
+        raise ConfigError(where, "dataset", f"{shown_value(text)}: write {RANGE_PREFIX}R with R in [0, 1]")
+    return name
+
+
 def _features(text: str, where: str) -> frozenset[str]:
     found = frozenset(f.strip() for f in text.split(";") if f.strip())
     for name in sorted(found):
@@ -262,7 +274,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         model=raw["model"],
         weight_precision=_choice(raw["weight_precision"].lower(), "weight_precision", where, PRECISIONS),
         kv_precision=_choice(raw["kv_precision"].lower(), "kv_precision", where, KV_PRECISIONS),
-        dataset=raw["dataset"].lower(),
+        dataset=_dataset(raw["dataset"], where),
         prompt_tokens=_real(raw["prompt_tokens"], "prompt_tokens", where),
         output_tokens=_real(raw["output_tokens"], "output_tokens", where),
         load_kind=load_kind,  # type: ignore[arg-type]

@@ -29,7 +29,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import HardwareProfile, ModelProfile
 from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
-from clustersim.validation.corpus import CorpusRow
+from clustersim.validation.corpus import RANGE_DATASET, CorpusRow
 
 ALL_AT_ONCE_RATE_PER_S = 1.0e6  # "infinite" rate: N requests queued within N microseconds
 DEFAULT_NUM_REQUESTS = {"offline": 1000, "batch": 0, "concurrency": 1000, "rate": 1000}
@@ -105,9 +105,6 @@ UNMODELLED_FEATURES = {
     "spec_decode": "speculative decoding needs the run's acceptance rate, which is not published",
 }
 FIXED_DATASETS = ("random", "fixed", "synthetic", "")
-# vllm bench serve --dataset-name random --random-range-ratio R: each length uniform on [L(1-R), L(1+R)]
-# (vllm/benchmarks/datasets.py, RandomDataset.sample: input_low / input_high from the range ratio)
-RANGE_DATASET = re.compile(r"random-range-(0(?:\.\d+)?|1(?:\.0+)?)$")
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,10 @@ def test_a_good_file_loads(tmp_path):
         ({"gpu_memory_frac": "90"}, "lab.csv:3: gpu_memory_frac: '90' must be a fraction in (0, 1]"),
         ({"features": "eagr"}, "lab.csv:3: features: unknown feature 'eagr' (did you mean 'eager'?)"),
         (
+            {"dataset": "random-range-1.5"},
+            "lab.csv:3: dataset: 'random-range-1.5': write random-range-R with R in [0, 1]",
+        ),
+        (
             {"weight_precision": "fp6"},
             "lab.csv:3: weight_precision: 'fp6' is not one of bf16, fp16, fp8, fp4, int4, int8",
         ),
