@@ -77,6 +77,7 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
 ENGINE_KINDS = ("moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
+COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
 
@@ -114,7 +115,7 @@ class FitParam:
     def touches_row(self, row: FitRow) -> bool:
         if self.kind == "frontend":
             return row.served and self.engine == row.engine
-        if (self.kind == "moe" and not row.moe) or (self.kind.startswith("comm") and not row.multi_gpu):
+        if (self.kind == "moe" and not row.moe) or (self.kind in COMM_KINDS and not row.multi_gpu):
             return False
         return any(self.applies(atom) for atom in row.atoms(self.kind))
 
@@ -174,7 +175,7 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             if r.moe:
                 params.add(FitParam(r.engine, "moe"))
             if r.multi_gpu:
-                params.update((FitParam(r.engine, "comm"), FitParam(r.engine, "comm_latency")))
+                params.update(FitParam(r.engine, kind) for kind in COMM_KINDS)
         if r.served:
             params.add(FitParam(r.engine, "frontend"))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))
