@@ -52,7 +52,7 @@ from scipy.optimize import least_squares
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all
+from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all, task_of
 from clustersim.validation.rowscenario import RowScenario
 from clustersim.validation.runcorpus import METRIC_KINDS
 
@@ -156,7 +156,7 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         hardware = catalogue.hardware(cluster["hardware"])
         family = hardware.family.value if hardware.family is not None else None
         moe = catalogue.model(cluster["model"]).num_experts is not None
-        task = RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run)
+        task = task_of(b)
         served = bool(cluster.get("frontend", True))
         gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
         found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1))

@@ -373,3 +373,11 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     if kv:
         mapping["kv"] = kv
     return RowScenario(row, mapping, None, tuple(assumed), steady, row.dp if one_replica else 0)
+
+
+def with_rate_factor(mapping: dict[str, Any], factor: float) -> dict[str, Any]:
+    """``mapping`` (a row's scenario with Poisson arrivals) with its arrival rate times ``factor``."""
+    tenant = mapping["workload"]["tenants"][0]
+    arrival = {**tenant["arrival"], "rate_per_s": tenant["arrival"]["rate_per_s"] * factor}
+    tenants = [{**tenant, "arrival": arrival}, *mapping["workload"]["tenants"][1:]]
+    return {**mapping, "workload": {**mapping["workload"], "tenants": tenants}}
