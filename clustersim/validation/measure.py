@@ -51,8 +51,8 @@ def measure_run(run_dir: Path, steady: bool = False, replicas: int = 0) -> dict[
     replicas of an offline benchmark, so its throughputs count that many times.
     """
     summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    columns = ["status", "prompt_tokens", "num_emitted_tokens", "arrival_at_s", "finished_at_s", "replica",
-               "first_scheduled_at_s"]  # fmt: skip
+    columns = ["status", "prompt_tokens", "output_tokens", "num_emitted_tokens", "arrival_at_s", "finished_at_s",
+               "replica", "first_scheduled_at_s"]  # fmt: skip
     requests = pq.read_table(run_dir / "requests.parquet", columns=columns)
     done = requests.filter(pc.equal(requests.column("status"), "completed"))
     measured: dict[str, float] = {}
@@ -87,10 +87,14 @@ def _throughputs(run_dir: Path, requests: pa.Table, done: pa.Table, steady: bool
         start_s, end_s = float(arrivals[len(arrivals) // 2]), float(arrivals[-1])
         emitted_s, prefilled_s = _produced_per_s(run_dir, start_s, end_s)
         per_request = float(output.mean())
+        arrived = _column(requests, "arrival_at_s")
+        asked = _column(requests, "output_tokens")[(arrived >= start_s) & (arrived <= end_s)]
         return {
             "output_tok_per_s": emitted_s,
             "total_tok_per_s": emitted_s + prefilled_s,
             "req_per_s": emitted_s / per_request,
+            # what the arrivals in the window asked for: a run producing less is falling behind them
+            "offered_output_tok_per_s": float(asked.sum()) / (end_s - start_s),
         }
     steps = pq.read_table(run_dir / "steps.parquet")
     num_replicas = int(pc.max(requests.column("replica")).as_py() or 0) + 1
