@@ -90,6 +90,9 @@ FEATURES = {
     "prefix_cache_hits": "prompts repeat, so the prefix cache serves part of them",
     "multi_node": "the deployment spans nodes",
 }
+# ``p99_bound=<TTFT ms>/<TPOT ms>``: the load is the highest rate at which the 99th percentiles of TTFT and
+# TPOT stay within these bounds (MLPerf Server and Interactive, whose bounds are in loadgen/mlperf.conf)
+BOUND_FEATURE = "p99_bound"
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class CorpusRow:
     max_num_batched_tokens: int | None
     gpu_memory_frac: float | None = None
     features: frozenset[str] = frozenset()
+    p99_bounds_ms: tuple[float, float] | None = None  # (TTFT, TPOT): the load was raised until these held
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -226,16 +230,31 @@ def _dataset(text: str, where: str) -> str:
     return name
 
 
-def _features(text: str, where: str) -> frozenset[str]:
-    found = frozenset(f.strip() for f in text.split(";") if f.strip())
-    for name in sorted(found):
-        if name not in FEATURES:
-            raise ConfigError(
-                where,
-                "features",
-                f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {', '.join(FEATURES)}",
-            )
-    return found
+def _features(text: str, where: str) -> tuple[frozenset[str], tuple[float, float] | None]:
+    """The row's features and its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``), if it states them."""
+    found, bounds = set(), None
+    for name in sorted(f.strip() for f in text.split(";") if f.strip()):
+        if name.startswith(BOUND_FEATURE + "="):
+            bounds = _bounds(name, where)
+        elif name in FEATURES:
+            found.add(name)
+        else:
+            known = ", ".join([*FEATURES, f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>"])
+            problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
+            raise ConfigError(where, "features", problem)
+    return frozenset(found), bounds
+
+
+def _bounds(text: str, where: str) -> tuple[float, float]:
+    parts = text.split("=", 1)[1].split("/")
+    try:
+        ttft_ms, tpot_ms = (float(p) for p in parts)
+    except ValueError:
+        ttft_ms = tpot_ms = math.nan
+    if not (math.isfinite(ttft_ms) and math.isfinite(tpot_ms) and ttft_ms > 0 and tpot_ms > 0):
+        problem = f"{shown_value(text)}: write {BOUND_FEATURE}=<TTFT ms>/<TPOT ms>, both > 0"
+        raise ConfigError(where, "features", problem)
+    return ttft_ms, tpot_ms
 
 
 def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
@@ -257,6 +276,10 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     pp = _integer(raw["pp"], "pp", where) or 1
     dp = _integer(raw["dp"], "dp", where) or 1
     num_gpus = _integer(raw["num_gpus"], "num_gpus", where) or tp * pp * dp
+    features, bounds = _features(raw["features"], where)
+    if bounds is not None and (load_kind != "rate" or load is None or not math.isfinite(load)):
+        problem = f"{BOUND_FEATURE} needs a rate row with a finite rate (the rate it searches from)"
+        raise ConfigError(where, "features", problem)
     return CorpusRow(
         row_id=raw["id"],
         publisher=raw["publisher"],
@@ -283,7 +306,8 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         max_num_seqs=_integer(raw["max_num_seqs"], "max_num_seqs", where),
         max_num_batched_tokens=_integer(raw["max_num_batched_tokens"], "max_num_batched_tokens", where),
         gpu_memory_frac=_fraction(raw["gpu_memory_frac"], where),
-        features=_features(raw["features"], where),
+        features=features,
+        p99_bounds_ms=bounds,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

@@ -37,6 +37,7 @@ so the held-out rows' own values never seed their prediction.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -52,7 +53,7 @@ from scipy.optimize import least_squares
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all
+from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all, task_of
 from clustersim.validation.rowscenario import RowScenario
 from clustersim.validation.runcorpus import METRIC_KINDS
 
@@ -157,7 +158,7 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         hardware = catalogue.hardware(cluster["hardware"])
         family = hardware.family.value if hardware.family is not None else None
         moe = catalogue.model(cluster["model"]).num_experts is not None
-        task = RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run)
+        task = task_of(b)
         served = bool(cluster.get("frontend", True))
         gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
         found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1))
@@ -275,29 +276,45 @@ def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | Non
 
 
 class Evaluator:
-    """Predictions of the fit rows for a vector of parameter values, cached by that vector."""
+    """Predictions of the fit rows for a vector of parameter values, cached by that vector.
+
+    A row with p99 bounds (MLPerf Server) runs at the highest rate meeting them; searching that rate at
+    every evaluation would multiply the fit's runs, so the fit holds each such row at the rate searched
+    at its first evaluation (or at ``factors``, as a fold takes the all-rows fit's, as it takes its start)
+    and ``predict(..., search=True)`` searches again (the predictions reported)."""
 
     def __init__(self, rows: Sequence[FitRow], params: Sequence[FitParam], base: Mapping[str, EngineProfile],
-                 catalogue_root: Path, pool: Executor | None, scratch: Path) -> None:  # fmt: skip
+                 catalogue_root: Path, pool: Executor | None, scratch: Path,
+                 factors: Mapping[str, float] | None = None) -> None:  # fmt: skip
         self.rows, self.params, self.base = list(rows), list(params), base
         self.root, self.pool, self.scratch = catalogue_root, pool, scratch
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
+        self.factors: dict[str, float] = dict(factors or {})
         self.num_runs = 0
 
     def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
-                offsets: Mapping[Atom, float] | None = None) -> dict[str, Prediction | None]:  # fmt: skip
+                offsets: Mapping[Atom, float] | None = None,
+                search: bool = False) -> dict[str, Prediction | None]:  # fmt: skip
         key = tuple(float(v) for v in x)
-        if only is None and key in self.cache:
+        if only is None and not search and key in self.cache:
             return self.cache[key]
         values = [natural(p, v) for p, v in zip(self.params, x, strict=True)]
         engines = engines_with(self.base, self.params, values, offsets)
         root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
         self.num_runs += 1
-        found = predict_all([r.task for r in todo], root, self.pool)
+        found = predict_all([self._task(r, search) for r in todo], root, self.pool)
+        for row_id, predicted in found.items():
+            if predicted is not None and "rate_factor" in predicted and (search or row_id not in self.factors):
+                self.factors[row_id] = predicted["rate_factor"]
         if only is None:
             self.cache[key] = found
         return found
+
+    def _task(self, row: FitRow, search: bool) -> RowTask:
+        if row.task.p99_bounds_ms is None or search:
+            return row.task
+        return dataclasses.replace(row.task, rate_factor=self.factors.get(row.row.row_id))
 
 
 def _vector(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDArray[np.float64]:

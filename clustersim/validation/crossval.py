@@ -88,8 +88,8 @@ def fit_corpus(
     try:
         with ProcessPoolExecutor(max_workers=jobs or default_jobs()) as pool:
 
-            def evaluator(subset: Sequence[FitRow], name: str) -> Evaluator:
-                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name)
+            def evaluator(subset: Sequence[FitRow], name: str, factors: dict[str, float] | None = None) -> Evaluator:
+                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name, factors)
 
             def progress(name: str) -> Callable[[int, float], None]:
                 return lambda runs, cost: say(f"{name}: evaluation {runs}, sum |residual| {cost:.2f}")
@@ -97,7 +97,11 @@ def fit_corpus(
             everything = evaluator(frows, "all")
             start = np.asarray([solver_start(p) for p in params])
             x_all = fit(everything, start, range(len(params)), max_iterations, progress("all rows"))
-            in_sample = everything.predict(x_all)
+            if everything.factors:  # bounded rows held at rates searched with the start's profiles: again
+                everything.predict(x_all, search=True)
+                again = fold_iterations or max_iterations
+                x_all = fit(everything, x_all, range(len(params)), again, progress("all rows, rates searched again"))
+            in_sample = everything.predict(x_all, search=True)
             held_out: dict[str, Prediction | None] = {}
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
@@ -107,14 +111,14 @@ def fit_corpus(
                     if _touched(p, held):
                         fold_start[i] = solver_start(p)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
-                fold = evaluator(train, f"without-{publisher}")
+                fold = evaluator(train, f"without-{publisher}", everything.factors)
                 iterations = fold_iterations or max_iterations
                 x_fold = (
                     fit(fold, fold_start, active, iterations, progress(f"without {publisher}"))
                     if active
                     else fold_start
                 )
-                held_out.update(evaluator(held, f"held-{publisher}").predict(x_fold))
+                held_out.update(evaluator(held, f"held-{publisher}").predict(x_fold, search=True))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     counts = {p.label: sum(p.touches_row(r) for r in frows) for p in params}

@@ -24,8 +24,9 @@ from clustersim.config.profiles import EngineProfile
 from clustersim.errors import ClusterSimError, one_line
 from clustersim.runner import run_plan
 from clustersim.runplan import plan_run
+from clustersim.validation.boundrate import search_rate
 from clustersim.validation.measure import measure_run
-from clustersim.validation.rowscenario import RowScenario
+from clustersim.validation.rowscenario import RowScenario, with_rate_factor
 
 Prediction = dict[str, float]
 
@@ -38,24 +39,58 @@ class RowTask:
     mapping: dict[str, Any]
     steady: bool
     replicas_per_run: int = 0
+    p99_bounds_ms: tuple[float, float] | None = None  # run at the highest rate meeting these (boundrate)
+    rate_factor: float | None = None  # with bounds: run at this factor of the rate instead of searching
+
+
+def task_of(built: RowScenario) -> RowTask:
+    assert built.mapping is not None
+    row = built.row
+    return RowTask(row.row_id, built.mapping, built.steady, built.replicas_per_run, row.p99_bounds_ms)
 
 
 def tasks_of(built: Sequence[RowScenario]) -> list[RowTask]:
-    return [RowTask(b.row.row_id, b.mapping, b.steady, b.replicas_per_run) for b in built if b.mapping is not None]
+    return [task_of(b) for b in built if b.mapping is not None]
+
+
+def run_metrics(task: RowTask, mapping: dict[str, Any], root: str) -> tuple[Prediction | None, str]:
+    """Run ``mapping`` (one of ``task``'s scenarios) against the catalogue at ``root``: its metrics, or
+    None and the error."""
+    scratch = Path(tempfile.mkdtemp(prefix="clustersim-fit-"))
+    try:
+        scenario = scenario_from_mapping(mapping, task.row_id)
+        plan = plan_run(LoadedScenario(scenario, task.row_id, scratch), Catalogue(Path(root)))
+        run_plan(plan, scratch / "run")
+        return measure_run(scratch / "run", task.steady, task.replicas_per_run), ""
+    except ClusterSimError as exc:
+        return None, one_line(str(exc))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def bounded_factor(task: RowTask, root: str) -> tuple[float, bool]:
+    """For a row with p99 bounds: the factor of its rate at which the simulated deployment meets them, and
+    whether any rate met them. One that no rate meets (down to ``GROWTH ** -MAX_STEPS``) runs at the
+    published rate: its latencies there say which bound the model misses, where the lowest rate tried
+    would report a throughput error that only says "never"."""
+    assert task.p99_bounds_ms is not None
+    found = search_rate(lambda f: run_metrics(task, with_rate_factor(task.mapping, f), root)[0], *task.p99_bounds_ms)
+    return (found.factor, True) if found.met else (1.0, False)
 
 
 def predict_task(task: RowTask, root: str) -> tuple[str, Prediction | None, str]:
-    """Run one row against the catalogue at ``root``: (row id, its metrics or None, the error if any)."""
-    scratch = Path(tempfile.mkdtemp(prefix="clustersim-fit-"))
-    try:
-        scenario = scenario_from_mapping(task.mapping, task.row_id)
-        plan = plan_run(LoadedScenario(scenario, task.row_id, scratch), Catalogue(Path(root)))
-        run_plan(plan, scratch / "run")
-        return task.row_id, measure_run(scratch / "run", task.steady, task.replicas_per_run), ""
-    except ClusterSimError as exc:
-        return task.row_id, None, one_line(str(exc))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    """Run one row against the catalogue at ``root``: (row id, its metrics or None, the error if any).
+    A row with p99 bounds runs at the highest rate meeting them, searched unless the task fixes it (the
+    factor is the prediction's ``rate_factor``, and ``bounds_met`` is 0 where no rate met them)."""
+    if task.p99_bounds_ms is None:
+        found, error = run_metrics(task, task.mapping, root)
+        return task.row_id, found, error
+    factor, met = (task.rate_factor, True) if task.rate_factor is not None else bounded_factor(task, root)
+    found, error = run_metrics(task, with_rate_factor(task.mapping, factor), root)
+    if found is not None:
+        found["rate_factor"] = factor
+        found["bounds_met"] = float(met)
+    return task.row_id, found, error
 
 
 def predict_all(tasks: Sequence[RowTask], root: Path, pool: Executor | None) -> dict[str, Prediction | None]:

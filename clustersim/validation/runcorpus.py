@@ -14,9 +14,12 @@ is missing, and a changed profile re-runs every row.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,8 @@ from clustersim.sweeps.store import write_csv_atomically, write_table_atomically
 from clustersim.sweeps.worker import POINT_FILE, PointTask, plan_point, scenario_sha256, write_point_file
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.measure import measure_run, run_facts
-from clustersim.validation.rowscenario import RowScenario, row_scenario
+from clustersim.validation.predict import RowTask, bounded_factor, task_of
+from clustersim.validation.rowscenario import RowScenario, row_scenario, with_rate_factor
 
 METRIC_KINDS: dict[str, tuple[str, ...]] = {  # kind -> metrics, the first published one scores the row
     "throughput": ("output_tok_per_s", "total_tok_per_s", "req_per_s"),
@@ -42,6 +46,7 @@ METRIC_KINDS: dict[str, tuple[str, ...]] = {  # kind -> metrics, the first publi
 }
 KIND_OF = {metric: kind for kind, metrics in METRIC_KINDS.items() for metric in metrics}
 OnRow = Callable[[CorpusRow, str], None]
+SEARCH_VERSION = "2"  # part of a stored search's key: bump when the search itself changes
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,10 @@ def run_corpus(
         scenarios_dir.mkdir(exist_ok=True)
         tasks: list[PointTask] = []
         task_rows: list[tuple[int, RowScenario]] = []
+        built_rows = [row_scenario(row, catalogue) for row in rows]
+        factors = bounded_factors(built_rows, root, profiles_hash, out_dir / "searches", jobs)
         for index, row in enumerate(rows):
-            built = row_scenario(row, catalogue)
+            built = at_bounded_rate(built_rows[index], factors.get(row.row_id))
             if built.mapping is None:
                 outcomes[index] = RowOutcome(row, "skipped", built.skip_reason or "", {}, {})
                 continue
@@ -170,12 +177,61 @@ def run_corpus(
     return ordered
 
 
+def bounded_factors(built: Sequence[RowScenario], root: Path, profiles_hash: str, folder: Path,
+                    jobs: int | None) -> dict[str, tuple[float, bool]]:  # fmt: skip
+    """The rate factor of every row with p99 bounds (:mod:`clustersim.validation.boundrate`), searched in
+    parallel; a search of the same scenario with the same profiles is read back from ``folder``."""
+    found: dict[str, tuple[float, bool]] = {}
+    todo: list[tuple[RowTask, Path, str]] = []
+    for b in built:
+        if b.mapping is None or b.row.p99_bounds_ms is None:
+            continue
+        text = json.dumps(b.mapping, sort_keys=True) + profiles_hash + SEARCH_VERSION
+        key = hashlib.sha256(text.encode()).hexdigest()
+        path = folder / f"{b.row.row_id}.json"
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record.get("key") == key:
+                found[b.row.row_id] = float(record["factor"]), bool(record["met"])
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        todo.append((task_of(b), path, key))
+    if not todo:
+        return found
+    folder.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=min(len(todo), jobs or os.cpu_count() or 1)) as pool:
+        futures = [pool.submit(bounded_factor, task, str(root)) for task, _, _ in todo]
+        for (task, path, key), future in zip(todo, futures, strict=True):
+            found[task.row_id] = factor, met = future.result()
+            path.write_text(json.dumps({"key": key, "factor": factor, "met": met}), encoding="utf-8")
+    return found
+
+
+def at_bounded_rate(built: RowScenario, found: tuple[float, bool] | None) -> RowScenario:
+    """``built`` run at the rate its search ``found`` (a row with p99 bounds), saying so in its assumptions."""
+    if found is None or built.mapping is None or built.row.p99_bounds_ms is None:
+        return built
+    (factor, met), (ttft_ms, tpot_ms) = found, built.row.p99_bounds_ms
+    bounds = f"p99 TTFT <= {ttft_ms:g} ms and p99 TPOT <= {tpot_ms:g} ms"
+    said = (
+        f"rate x{factor:.3f} of the published one: the highest at which the simulated {bounds}, as the "
+        "publisher raised its own"
+        if met
+        else f"the published rate: no rate tried met the simulated {bounds}"
+    )
+    return dataclasses.replace(built, mapping=with_rate_factor(built.mapping, factor),
+                               assumptions=(*built.assumptions, said))  # fmt: skip
+
+
 def _outcome(row: CorpusRow, run_dir: Path, built: RowScenario) -> RowOutcome:
     facts = run_facts(run_dir)
     status, reason = "simulated", ""
     if facts["num_completed"] != facts["num_arrived"]:
         reason = f"only {facts['num_completed']} of {facts['num_arrived']} requests completed"
     measured = measure_run(run_dir, built.steady, built.replicas_per_run)
+    if row.p99_bounds_ms is not None and built.mapping is not None and row.load:  # the rate it was run at
+        measured["rate_factor"] = built.mapping["workload"]["tenants"][0]["arrival"]["rate_per_s"] / row.load
     return RowOutcome(row, status, reason, measured, facts, built.assumptions)
 
 
@@ -211,6 +267,8 @@ def write_tables(outcomes: Sequence[RowOutcome], out_dir: Path) -> None:
             "status": [o.status for o in outcomes],
             "reason": [o.reason for o in outcomes],
             "kv_blocks_per_replica": [o.facts.get("kv_blocks_per_replica") for o in outcomes],
+            # a row with p99 bounds: the factor of the published rate at which the simulation met them
+            "rate_factor": pa.array([o.predicted.get("rate_factor") for o in outcomes], pa.float64()),
             "source_url": [o.row.source_url for o in outcomes],
         }
     )

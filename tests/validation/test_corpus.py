@@ -77,6 +77,8 @@ def test_a_good_file_loads(tmp_path):
         ({"output_tok_per_s": "", "ttft_mean_ms": ""}, "lab.csv:3: output_tok_per_s: the row publishes no metric"),
         ({"gpu_memory_frac": "90"}, "lab.csv:3: gpu_memory_frac: '90' must be a fraction in (0, 1]"),
         ({"features": "eagr"}, "lab.csv:3: features: unknown feature 'eagr' (did you mean 'eager'?)"),
+        ({"features": "p99_bound=2000"}, "lab.csv:3: features: 'p99_bound=2000': write p99_bound=<TTFT ms>/<TPOT ms>"),
+        ({"features": "p99_bound=2000/200"}, "lab.csv:3: features: p99_bound needs a rate row with a finite rate"),
         (
             {"dataset": "random-range-1.5"},
             "lab.csv:3: dataset: 'random-range-1.5': write random-range-R with R in [0, 1]",
@@ -115,3 +117,9 @@ def test_the_shipped_corpus_meets_its_bar():
     assert {"vllm", "sglang", "trtllm"} <= {r.engine for r in rows}
     assert {"A100-80GB", "H100-SXM", "H200"} <= {r.gpu for r in rows}
     assert all(r.source_url.startswith("http") for r in rows)
+
+
+def test_a_rate_row_may_state_the_p99_bounds_its_rate_was_raised_to(tmp_path):
+    bounded = {**GOOD, "load_kind": "rate", "load": "90.5", "features": "eager;p99_bound=2000/200"}
+    (row,) = load_corpus_file(write(tmp_path, "lab.csv", [bounded]))
+    assert row.p99_bounds_ms == (2000.0, 200.0) and row.features == frozenset({"eager"})

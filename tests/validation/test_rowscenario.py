@@ -9,7 +9,14 @@ import pytest
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import scenario_from_mapping
 from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.rowscenario import model_names, num_requests, resolve_model, row_scenario
+from clustersim.validation.rowscenario import (
+    OVERLOAD_DETECT_FRAC,
+    model_names,
+    num_requests,
+    resolve_model,
+    row_scenario,
+    with_rate_factor,
+)
 
 CATALOGUE = Catalogue.builtin()
 ROW = CorpusRow(
@@ -95,6 +102,27 @@ def test_long_poisson_benchmarks_are_cut_to_their_steady_state():
     assert num_requests(row) == 2000
     built = row_scenario(row, CATALOGUE)
     assert built.steady and built.mapping["metrics"] == {"warmup_requests": 1000, "cooldown_requests": 200}
+
+
+def test_a_bounded_row_runs_long_enough_for_overload_to_break_its_ttft_bound():
+    row = dataclasses.replace(ROW, load_kind="rate", load=100.0, num_requests=500_000, p99_bounds_ms=(2000.0, 200.0),
+                              metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 10_000.0})  # fmt: skip
+    # arrivals over 2 s / 2% = 100 s (more than four 10 s lifetimes): falling 2% behind them queues 2 s
+    assert OVERLOAD_DETECT_FRAC == 0.02 and num_requests(row) == 10_000
+    long_lived = dataclasses.replace(row, metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 40_000.0})
+    assert num_requests(long_lived) == 16_000  # four lifetimes of 40 s are longer still
+
+
+def test_a_rate_factor_keeps_the_run_as_long():
+    row = dataclasses.replace(ROW, load_kind="rate", load=10.0, num_requests=500_000,
+                              metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 30_000.0})  # fmt: skip
+    mapping = row_scenario(row, CATALOGUE).mapping
+    faster = with_rate_factor(mapping, 1.5)
+    assert faster["workload"]["tenants"][0]["arrival"]["rate_per_s"] == 15.0
+    assert faster["stop"]["max_requests"] == 3000
+    assert faster["metrics"] == {"warmup_requests": 1500, "cooldown_requests": 300}
+    assert mapping["stop"]["max_requests"] == 2000  # the row's own scenario is left as it was
+    scenario_from_mapping(faster, "test")
 
 
 def test_datasets_draw_lengths_with_the_published_means():
