@@ -273,6 +273,7 @@ class EngineSpec:
     per_seq_overhead_s: float = 0.0
     launch_overhead_per_layer_eager_s: float = 0.0
     launch_overhead_per_layer_graph_s: float = 0.0
+    launch_overhead_per_moe_layer_eager_s: float = 0.0  # more per MoE layer in an eager step (EngineProfile)
     cuda_graph_max_seqs: int = 0
     sampling_per_seq_s: float = 0.0
     cuda_graph_mixed_steps: bool = False  # piecewise graphs: steps of up to cuda_graph_max_seqs tokens
@@ -297,6 +298,7 @@ class EngineSpec:
             per_seq_overhead_s=opt(engine.per_seq_overhead_s),
             launch_overhead_per_layer_eager_s=opt(engine.launch_overhead_per_layer_eager_s),
             launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
+            launch_overhead_per_moe_layer_eager_s=opt(engine.launch_overhead_per_moe_layer_eager_s),
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
             sampling_per_seq_s=opt(engine.sampling_per_seq_s),
             cuda_graph_mixed_steps=bool(engine.cuda_graph_mixed_steps and engine.cuda_graph_mixed_steps.value),

@@ -185,7 +185,10 @@ class EngineProfile(_Physical):
     """What a serving engine adds to every step on top of the GPU kernels.
 
     The host (CPU) time of a step is ``step_overhead_s + num_seqs x (per_seq_overhead_s +
-    sampling_per_seq_s) + num_layers x launch overhead (CUDA-graph or eager)``. An engine that
+    sampling_per_seq_s) + num_layers x launch overhead (CUDA-graph or eager)``. An eager step of a
+    mixture-of-experts model also launches ``launch_overhead_per_moe_layer_eager_s`` per MoE layer (its
+    routing, expert and quantisation kernels); those launches run ahead of the GPU, so only the part the
+    step's kernels do not cover adds to it. An engine that
     schedules the next step while the GPU runs this one (vLLM V1 async scheduling, SGLang's overlap
     scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
     GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
@@ -222,6 +225,7 @@ class EngineProfile(_Physical):
     per_seq_overhead_s: Cited[float] | None = None
     launch_overhead_per_layer_eager_s: Cited[float] | None = None
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
+    launch_overhead_per_moe_layer_eager_s: Cited[float] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None
     cuda_graph_pad_tokens: Cited[int] | None = None
     sampling_per_seq_s: Cited[float] | None = None

@@ -238,6 +238,15 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     )
 
 
+def eager_moe_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> float:
+    """The launch time of an eager step's MoE kernels beyond the per-layer launches of
+    :func:`engine_overhead_s` (``launch_overhead_per_moe_layer_eager_s`` per MoE layer; 0 when graphed).
+    Launches run ahead of the GPU: only what the step's kernels do not cover adds to it."""
+    if is_graphed or not model.is_moe:
+        return 0.0
+    return model.num_moe_layers * gpu.engine.launch_overhead_per_moe_layer_eager_s
+
+
 def price_step(
     batch: StepBatch, model: ModelShape, gpu: GpuSpec, tensor_parallel: int, pipeline_parallel: int = 1
 ) -> StepCost:
@@ -303,9 +312,10 @@ def price_step(
         )
     host_s = engine_overhead_s(batch, model, gpu)
     overlap = gpu.engine.host_overlap_frac
-    if overlap > 0.0:  # the part of the host time the GPU work does not cover
+    moe_launch_s = eager_moe_launch_s(graphed(batch, gpu), model, gpu)
+    if overlap > 0.0 or moe_launch_s > 0.0:  # the part of the host time the GPU work does not cover
         gpu_s = sum(op.time_s for op in ops)
-        host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s - gpu_s)
+        host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s + moe_launch_s - gpu_s)
     ops.append(OpCost("overhead", 0.0, 0.0, host_s, "fixed"))
     return StepCost(sum(op.time_s for op in ops), tuple(ops))
 
@@ -387,13 +397,23 @@ class RooflineCostModel:
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
         overlap = gpu.engine.host_overlap_frac
         host_s = engine_overhead_s(batch, model, gpu)
-        total = token_ops_s + lm_head_s + (host_s if overlap == 0.0 else 0.0)
+        moe_launch_s = (
+            eager_moe_launch_s(graphed(batch, gpu), model, gpu)
+            if gpu.engine.launch_overhead_per_moe_layer_eager_s
+            else 0.0
+        )
+        in_series = overlap == 0.0 and moe_launch_s == 0.0
+        total = token_ops_s + lm_head_s + (host_s if in_series else 0.0)
         if batch.prefill_new_tokens:
             total += self._prefill_attention_s(batch.prefill_new_tokens, batch.prefill_context_tokens)
         if batch.num_decode_seqs:
             work = decode_attention_work(batch.num_decode_seqs, batch.decode_context_tokens, model, tp)
             total += model.num_layers * decode_attention_layer_time(work, batch.num_decode_seqs, gpu).time_s
-        return total if overlap == 0.0 else overlapped_s(total, host_s, overlap)
+        if in_series:
+            return total
+        if moe_launch_s == 0.0:
+            return overlapped_s(total, host_s, overlap)
+        return (1.0 - overlap) * host_s + max(overlap * host_s + moe_launch_s, total)
 
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)
@@ -412,8 +432,9 @@ class RooflineCostModel:
         model, gpu = self.model, self.gpu
         layers = model.num_layers
         engine = gpu.engine
-        graphed = tokens <= engine.cuda_graph_max_seqs
-        launch_s = engine.launch_overhead_per_layer_graph_s if graphed else engine.launch_overhead_per_layer_eager_s
+        is_graphed = tokens <= engine.cuda_graph_max_seqs
+        launch_s = engine.launch_overhead_per_layer_graph_s if is_graphed else engine.launch_overhead_per_layer_eager_s
+        moe_launch_s = eager_moe_launch_s(is_graphed, model, gpu)
         host_s = (
             gpu.step_overhead_s
             + num_seqs * engine.per_seq_overhead_s
@@ -432,7 +453,7 @@ class RooflineCostModel:
             layers * work0.bytes / bytes_per_s,
             layers * (work1.bytes - work0.bytes) / bytes_per_s,
         )
-        return DecodeStepShape(fixed_s, (piece,), host_s if overlap > 0.0 else 0.0)
+        return DecodeStepShape(fixed_s, (piece,), host_s + moe_launch_s if overlap > 0.0 or moe_launch_s > 0.0 else 0.0)
 
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
         """Every op but decode attention is independent of context; decode attention is, per layer,
@@ -440,16 +461,18 @@ class RooflineCostModel:
         empty = self.price(StepBatch(num_decode_seqs=num_seqs))
         layers = self.model.num_layers
         overlap = self.gpu.engine.host_overlap_frac
+        batch = StepBatch(num_decode_seqs=num_seqs)
+        moe_launch_s = eager_moe_launch_s(graphed(batch, self.gpu), self.model, self.gpu)
         floor_s = 0.0
-        if overlap == 0.0:
+        if overlap == 0.0 and moe_launch_s == 0.0:
             fixed_s = (
                 empty.duration_s - empty.op("attention_decode").time_s + layers * self.gpu.decode_attention_latency_s
             )
-        else:  # (1 - f) x host + max(f x host, GPU) = max(host, (1 - f) x host + GPU): host time is the floor
-            host_s = engine_overhead_s(StepBatch(num_decode_seqs=num_seqs), self.model, self.gpu)
+        else:  # (1 - f) x host + max(f x host + MoE launches, GPU) = max(host + MoE launches, (1 - f) x host + GPU)
+            host_s = engine_overhead_s(batch, self.model, self.gpu)
             gpu_s = sum(op.time_s for op in empty.ops if op.name not in ("overhead", "attention_decode"))
             fixed_s = (1.0 - overlap) * host_s + gpu_s + layers * self.gpu.decode_attention_latency_s
-            floor_s = host_s
+            floor_s = host_s + moe_launch_s
         work0 = decode_attention_work(num_seqs, 0, self.model, self.tensor_parallel)
         work1 = decode_attention_work(num_seqs, 1, self.model, self.tensor_parallel)
         flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, self.gpu)

@@ -328,6 +328,23 @@ SHAPE_CASES = {
     "toy-overlap": lambda tp: RooflineCostModel(
         TOY, replace(GPU, step_overhead_s=2e-3, engine=EngineSpec(per_seq_overhead_s=1e-4, host_overlap_frac=0.8)), tp
     ),
+    # SGLang: MoE launches of eager steps (decode above its 160 graphed sequences) under the kernels
+    "sglang-moe-eager": lambda tp: RooflineCostModel(
+        MOE,
+        replace(GPU, engine=EngineSpec(cuda_graph_max_seqs=16, launch_overhead_per_moe_layer_eager_s=1e-3)),
+        tp,
+    ),
+    "sglang-moe-eager-overlap": lambda tp: RooflineCostModel(
+        MOE,
+        replace(
+            GPU,
+            step_overhead_s=2e-3,
+            engine=EngineSpec(
+                cuda_graph_max_seqs=16, launch_overhead_per_moe_layer_eager_s=1e-3, host_overlap_frac=0.5
+            ),
+        ),
+        tp,
+    ),
     "llama8b-overlap": lambda tp: RooflineCostModel(
         _catalogue_model("Llama-3.1-8B", "H100-SXM", tp).model,
         replace(
@@ -350,6 +367,35 @@ def test_decode_step_shape_matches_step_price(case, tensor_parallel, num_seqs, c
     assert model.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
 
 
+def test_eager_moe_launches_add_only_what_the_kernels_do_not_cover():
+    catalogue = Catalogue.builtin()
+    shape = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))
+    sglang = GpuSpec.from_profiles(catalogue.hardware("H200"), catalogue.engine("sglang"))
+    without = replace(sglang, engine=replace(sglang.engine, launch_overhead_per_moe_layer_eager_s=0.0))
+    per_layer_s = sglang.engine.launch_overhead_per_moe_layer_eager_s
+    assert per_layer_s == pytest.approx(0.985e-3)
+
+    def extra_s(batch: StepBatch) -> float:
+        return RooflineCostModel(shape, sglang, 8).step_duration_s(batch) - RooflineCostModel(
+            shape, without, 8
+        ).step_duration_s(batch)
+
+    one_token = StepBatch(prefill_new_tokens=(1,), prefill_context_tokens=(6,))
+    kernels_s = RooflineCostModel(shape, without, 8).price(one_token).duration_s - engine_overhead_s(
+        one_token, shape, without
+    )
+    # a one-token prefill (sglang PR #12160): the 58 MoE layers' launches, less the kernels they run ahead of
+    assert extra_s(one_token) == pytest.approx(58 * per_layer_s - kernels_s, rel=1e-9)
+    assert (
+        extra_s(StepBatch(prefill_new_tokens=(32_000,), prefill_context_tokens=(0,))) == 0.0
+    )  # covered by the kernels
+    assert extra_s(StepBatch(num_decode_seqs=8, decode_context_tokens=8000)) == 0.0  # a graphed decode
+    dense = ModelShape.from_profile(catalogue.model("Llama-3.1-70B"))
+    assert RooflineCostModel(dense, sglang, 8).step_duration_s(one_token) == RooflineCostModel(
+        dense, without, 8
+    ).step_duration_s(one_token)
+
+
 FAST_CATALOGUE = Catalogue.builtin()
 
 
@@ -360,12 +406,13 @@ FAST_CATALOGUE = Catalogue.builtin()
     prefills=st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 8192)), max_size=4),
     num_decode=st.integers(0, 300),
     context_per_seq=st.integers(1, 20_000),
+    engine=st.sampled_from(["vllm", "sglang", "trtllm"]),
 )
-def test_fast_step_duration_equals_full_price(model_name, tp, prefills, num_decode, context_per_seq):
+def test_fast_step_duration_equals_full_price(model_name, tp, prefills, num_decode, context_per_seq, engine):
     catalogue = FAST_CATALOGUE
     cost = RooflineCostModel(
         ModelShape.from_profile(catalogue.model(model_name)),
-        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm")),
+        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine(engine)),
         tp,
     )
     batch = StepBatch(
