@@ -435,11 +435,15 @@ class GpuSpec:
         """Tensor-core peak for GEMMs with ``precision`` weights (and activations quantized to match).
 
         FP8 and FP4 GEMMs use their own peaks where the GPU has them; otherwise the weights are
-        dequantized and the GEMM runs at the 16-bit peak (weight-only quantization).
+        dequantized and the GEMM runs at the 16-bit peak (weight-only quantization). FP4 weights on a
+        GPU without FP4 tensor cores meet 16-bit activations, not FP8 ones: vLLM's MXFP4 MoE kernels on
+        Hopper take only bfloat16 activations (``Mxfp4Config.get_supported_act_dtypes`` and the SM90
+        backends FlashInfer MXFP4 x BF16, triton_kernels and Marlin in
+        vllm/model_executor/layers/quantization/mxfp4.py), as Marlin's NVFP4 path does.
         """
-        if precision == "fp4" and self.peak_fp4_flops_per_s is not None:
-            return self.peak_fp4_flops_per_s
-        if precision in ("fp4", "fp8") and self.peak_fp8_flops_per_s is not None:
+        if precision == "fp4":
+            return self.peak_fp4_flops_per_s if self.peak_fp4_flops_per_s is not None else self.peak_flops_per_s
+        if precision == "fp8" and self.peak_fp8_flops_per_s is not None:
             return self.peak_fp8_flops_per_s
         return self.peak_flops_per_s
 

@@ -163,14 +163,16 @@ def test_fp8_weights_and_kv_halve_bytes_and_use_fp8_peak():
     assert attention.bytes == (10 * 8 + 32) * 2  # KV in 1 byte, q/output vectors stay 16-bit
     # weights 1 B, activations 2 B: the decode GEMMs read 1152 B of weights + 2 x 104 x 2 B activations
     assert price_step(DECODE_1, fp8, GPU, 1).op("linear").bytes == 1152 + 416
-    # a compute-bound prefill runs at the FP8 peak when the GPU has one (FP4 falls back to it)
+    # a compute-bound prefill runs at the FP8 peak when the GPU has one
     gpu = replace(GPU, peak_fp8_flops_per_s=2000.0, hbm_bandwidth_bytes_per_s=1e9)
     prefill = StepBatch(prefill_new_tokens=(1000,), prefill_context_tokens=(0,))
     bf16_s = price_step(prefill, TOY, gpu, 1).op("linear").time_s
     fp8_s = price_step(prefill, fp8, gpu, 1).op("linear").time_s
     assert price_step(prefill, fp8, gpu, 1).op("linear").bound == "compute"
     assert fp8_s == pytest.approx(bf16_s / 2)
-    assert gpu.gemm_peak_flops_per_s("fp4") == 2000.0
+    # FP4 weights without FP4 tensor cores meet 16-bit activations (vLLM's MXFP4 on Hopper), not FP8 ones
+    assert gpu.gemm_peak_flops_per_s("fp4") == 1000.0
+    assert replace(gpu, peak_fp4_flops_per_s=4000.0).gemm_peak_flops_per_s("fp4") == 4000.0
     assert GPU.gemm_peak_flops_per_s("fp8") == 1000.0  # no FP8 tensor cores: weight-only quantization
 
 
