@@ -26,6 +26,7 @@ from clustersim.validation.corpusreport import (
     skipped_table,
 )
 from clustersim.validation.crossval import CorpusFit, fit_corpus, write_efficiency
+from clustersim.validation.feasibility import infeasible_ttft
 from clustersim.validation.runcorpus import RowOutcome, comparisons, run_corpus, write_tables
 
 
@@ -127,6 +128,9 @@ def validate_command(
                 f"--profiles: {profiles_dir} is not a hardware_profiles folder (gpus/, models/, engines/)"
             )
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
+        for row in rows:  # latencies no GPU could produce: fitted to, they would mislead the fit
+            if (why := infeasible_ttft(row, catalogue)) is not None:
+                click.echo(f"warning: {row.file}:{row.line}: {row.row_id}: {why} (feature prefix_cache_hits)", err=True)
         if do_fit:
             fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet)
             _fit(rows, catalogue, folder, corpus_dir, fit_options, doc)

@@ -63,3 +63,16 @@ def test_a_profiles_folder_must_be_one(tmp_path):
     result = CliRunner().invoke(main, ["validate", "--profiles", str(tmp_path), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert "is not a hardware_profiles folder (gpus/, models/, engines/)" in result.output
+
+
+def test_a_row_whose_ttft_no_gpu_could_reach_is_warned_about(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    # 64 clients at once with 8,000-token prompts on one H100: over 7 s of prefill, published p99 0.5 s
+    cached = {**SMALL, "prompt_tokens": "8000", "load": "64", "num_requests": "128", "ttft_p99_ms": "500"}
+    write(folder, "lab.csv", [cached])
+    result = CliRunner().invoke(main, ["validate", str(folder), "--out", str(tmp_path / "o"), "--jobs", "1", "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: lab.csv:3: lab-a: published p99 TTFT 500 ms, but the first wave of 64 prompts needs" in result.output
+    )
