@@ -278,18 +278,18 @@ def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | Non
 class Evaluator:
     """Predictions of the fit rows for a vector of parameter values, cached by that vector.
 
-    A row with p99 bounds (MLPerf Server) runs at the highest rate meeting them; searching that rate at
-    every evaluation would multiply the fit's runs, so the fit holds each such row at the rate searched
-    at its first evaluation (or at ``factors``, as a fold takes the all-rows fit's, as it takes its start)
-    and ``predict(..., search=True)`` searches again (the predictions reported)."""
+    A row with p99 bounds (MLPerf Server) is compared, while the fit moves the scales, at the rate it was
+    published at: the rate the deployment sustained, with the latencies it had there. Searching each
+    evaluation's own highest rate meeting the bounds would multiply the fit's runs, and holding rows at
+    rates searched with other scales feeds those scales back: rates a fast start sustained, held while
+    the fit slows the engine, queue without bound, so the fit is pushed back towards the start.
+    ``predict(..., search=True)`` runs them at the rate that meets the bounds (the predictions reported)."""
 
     def __init__(self, rows: Sequence[FitRow], params: Sequence[FitParam], base: Mapping[str, EngineProfile],
-                 catalogue_root: Path, pool: Executor | None, scratch: Path,
-                 factors: Mapping[str, float] | None = None) -> None:  # fmt: skip
+                 catalogue_root: Path, pool: Executor | None, scratch: Path) -> None:  # fmt: skip
         self.rows, self.params, self.base = list(rows), list(params), base
         self.root, self.pool, self.scratch = catalogue_root, pool, scratch
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
-        self.factors: dict[str, float] = dict(factors or {})
         self.num_runs = 0
 
     def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
@@ -303,18 +303,17 @@ class Evaluator:
         root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
         self.num_runs += 1
-        found = predict_all([self._task(r, search) for r in todo], root, self.pool)
-        for row_id, predicted in found.items():
-            if predicted is not None and "rate_factor" in predicted and (search or row_id not in self.factors):
-                self.factors[row_id] = predicted["rate_factor"]
-        if only is None:
+        found = predict_all([_task(r, search) for r in todo], root, self.pool)
+        if only is None and not search:
             self.cache[key] = found
         return found
 
-    def _task(self, row: FitRow, search: bool) -> RowTask:
-        if row.task.p99_bounds_ms is None or search:
-            return row.task
-        return dataclasses.replace(row.task, rate_factor=self.factors.get(row.row.row_id))
+
+def _task(row: FitRow, search: bool) -> RowTask:
+    """The row's task: a row with p99 bounds at its published rate, unless searching its bounded rate."""
+    if row.task.p99_bounds_ms is None or search:
+        return row.task
+    return dataclasses.replace(row.task, rate_factor=1.0)
 
 
 def _vector(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> NDArray[np.float64]:

@@ -88,8 +88,8 @@ def fit_corpus(
     try:
         with ProcessPoolExecutor(max_workers=jobs or default_jobs()) as pool:
 
-            def evaluator(subset: Sequence[FitRow], name: str, factors: dict[str, float] | None = None) -> Evaluator:
-                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name, factors)
+            def evaluator(subset: Sequence[FitRow], name: str) -> Evaluator:
+                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name)
 
             def progress(name: str) -> Callable[[int, float], None]:
                 return lambda runs, cost: say(f"{name}: evaluation {runs}, sum |residual| {cost:.2f}")
@@ -97,10 +97,6 @@ def fit_corpus(
             everything = evaluator(frows, "all")
             start = np.asarray([solver_start(p) for p in params])
             x_all = fit(everything, start, range(len(params)), max_iterations, progress("all rows"))
-            if everything.factors:  # bounded rows held at rates searched with the start's profiles: again
-                everything.predict(x_all, search=True)
-                again = fold_iterations or max_iterations
-                x_all = fit(everything, x_all, range(len(params)), again, progress("all rows, rates searched again"))
             in_sample = everything.predict(x_all, search=True)
             held_out: dict[str, Prediction | None] = {}
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
@@ -111,7 +107,7 @@ def fit_corpus(
                     if _touched(p, held):
                         fold_start[i] = solver_start(p)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
-                fold = evaluator(train, f"without-{publisher}", everything.factors)
+                fold = evaluator(train, f"without-{publisher}")
                 iterations = fold_iterations or max_iterations
                 x_fold = (
                     fit(fold, fold_start, active, iterations, progress(f"without {publisher}"))

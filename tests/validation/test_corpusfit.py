@@ -156,3 +156,16 @@ def test_the_efficiency_block_cites_its_fit():
     text = efficiency_yaml(fit, "vllm-v1", "fit X")
     assert text.startswith("efficiency:\n  hopper:\n    gemm_compute_scale:\n      value: 0.84\n")
     assert 'source: "fit X; vllm-v1.compute.hopper 0.7 (3 rows) x all.compute.hopper 1.2 (3 rows)"' in text
+
+
+def test_a_bounded_row_is_fitted_at_its_published_rate_and_reported_at_its_bounded_one():
+    from types import SimpleNamespace
+
+    from clustersim.validation.corpusfit import _task
+    from clustersim.validation.predict import RowTask
+
+    bounded = SimpleNamespace(task=RowTask("r", {}, True, 0, (2000.0, 200.0)))
+    assert _task(bounded, search=False).rate_factor == 1.0  # the rate the deployment sustained
+    assert _task(bounded, search=True).rate_factor is None  # searched: the highest meeting the bounds
+    plain = SimpleNamespace(task=RowTask("p", {}, False))
+    assert _task(plain, search=False) is plain.task
