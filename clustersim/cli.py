@@ -181,8 +181,16 @@ def scenarios() -> None:
     is_flag=True,
     help="Instead: run scenarios/published/ and compare with DATA_DIR/published/serving_results.csv.",
 )
+@click.option(
+    "--kernels",
+    "kernels_dir",
+    type=click.Path(path_type=Path),
+    help="Also a folder of kernel tables measured with scripts/measure_kernels.py (e.g. validation/kernels).",
+)
 @doc_option("report")
-def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bool, doc: str | None) -> None:
+def validate_cost(
+    data_dir: Path, out_dir: Path | None, fit: bool, published: bool, kernels_dir: Path | None, doc: str | None
+) -> None:
     """Score the cost model on the held-out half of the measured kernel times in DATA_DIR.
 
     DATA_DIR is a ground-truth folder (with profiles/) or a folder of vidur_*.csv profiles. With
@@ -199,7 +207,7 @@ def validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, published: bo
             report = format_comparisons(comparisons)
             report += "\n\nmean absolute error per engine and metric:\n" + format_engine_errors(comparisons)
         else:
-            report = run_validate_cost(data_dir, out_dir, fit)
+            report = run_validate_cost(data_dir, out_dir, fit, kernels_dir=kernels_dir)
     except ClusterSimError as exc:
         fail(str(exc))
         return

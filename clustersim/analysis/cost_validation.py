@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from clustersim.analysis.style import annotate_empty, colors, new_figure, save, theme
 
-GROUPS = ("linear", "attention_decode", "attention_prefill", "all_reduce", "elementwise")
+GROUPS = ("linear", "linear_fp8", "attention_decode", "attention_prefill", "all_reduce", "elementwise")
 
 
 def plot_cost_validation(scored_parquet: Path) -> Figure:

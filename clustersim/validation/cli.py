@@ -18,7 +18,7 @@ from clustersim.validation.report import (
     write_scored,
 )
 
-TARGETS_PCT = {"linear": 10.0, "attention_decode": 20.0, "all_reduce": 20.0}
+TARGETS_PCT = {"linear": 10.0, "linear_fp8": 10.0, "attention_decode": 20.0, "all_reduce": 20.0}
 
 
 def profiles_dir_of(data_dir: Path) -> Path:
@@ -27,11 +27,17 @@ def profiles_dir_of(data_dir: Path) -> Path:
     return nested if nested.is_dir() else data_dir
 
 
-def run_validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, catalogue: Catalogue | None = None) -> str:
+def run_validate_cost(
+    data_dir: Path,
+    out_dir: Path | None,
+    fit: bool,
+    catalogue: Catalogue | None = None,
+    kernels_dir: Path | None = None,
+) -> str:
     """Score the catalogue's calibration on held-out samples; with ``fit``, refit and show YAML entries too."""
     catalogue = catalogue or Catalogue.builtin()
     profiles = profiles_dir_of(data_dir)
-    samples = load_samples(profiles)
+    samples = load_samples(profiles, kernels_dir)
     names = sorted({s.gpu for s in samples})
     engine = kernel_engine(catalogue)
     gpus = {name: GpuSpec.from_profiles(catalogue.hardware(name), engine) for name in names}
@@ -45,7 +51,7 @@ def run_validate_cost(data_dir: Path, out_dir: Path | None, fit: bool, catalogue
         refit_table = mape_table(score(samples, fitted))
         lines.append("\nrefitted on the training half; held-out error with the refitted values:")
         lines.append(format_mape_table(refit_table, TARGETS_PCT))
-        files = files_by_gpu_and_group(profiles)
+        files = files_by_gpu_and_group(samples)
         for name, result in calibration.items():
             lines.append(f"\n# hardware_profiles/gpus/ entries for {name}")
             for key, (value, source) in calibration_sources(result, refit_table, files).items():

@@ -88,17 +88,28 @@ def fit_elementwise(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
 
 
 def fit_prefill_attention(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
-    """Attention compute efficiency and per-kernel latency from prefill attention."""
+    """Attention compute efficiency (plateau), the key length at half of it, and per-kernel latency.
+
+    The model is :func:`clustersim.cost.roofline.prefill_attention_layer_time`'s:
+    ``latency + max((flops + h x flops_per_key) / (peak x frac), memory)``.
+    """
     flops = np.array([s.work.flops if s.work else 0.0 for s in samples])
+    per_key = np.array([s.work.flops_per_key if s.work else 0.0 for s in samples])
     num_bytes = np.array([s.work.bytes if s.work else 0.0 for s in samples])
     measured = np.array([s.measured_s for s in samples])
     memory = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
 
     def model(x: Array) -> Array:
-        return np.asarray(x[1] * US + np.maximum(flops / (gpu.peak_flops_per_s * x[0]), memory), dtype=float)
+        compute = (flops + x[2] * per_key) / (gpu.peak_flops_per_s * x[0])
+        return np.asarray(x[1] * US + np.maximum(compute, memory), dtype=float)
 
-    x, mape = _solve(model, measured, [0.5, 10.0], [0.05, 0.0], [1.0, 200.0])
-    values = {"prefill_attention_compute_efficiency_frac": float(x[0]), "prefill_attention_latency_s": float(x[1]) * US}
+    start = [0.5, 10.0, gpu.prefill_attention_half_efficiency_tokens]
+    x, mape = _solve(model, measured, start, [0.05, 0.0, 0.0], [1.0, 200.0, 8192.0])
+    values = {
+        "prefill_attention_compute_efficiency_frac": float(x[0]),
+        "prefill_attention_latency_s": float(x[1]) * US,
+        "prefill_attention_half_efficiency_tokens": float(x[2]),
+    }
     return FitResult(values, mape, len(samples))
 
 

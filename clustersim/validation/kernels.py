@@ -7,15 +7,16 @@ train/held-out split (every repeat of one shape lands in the same half).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from clustersim.architecture import GpuSpec, ModelShape
+from clustersim.architecture import BYTES_PER_ELEMENT, GpuSpec, ModelShape, Precision
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import EngineProfile
 from clustersim.cost.ops import (
@@ -35,14 +36,26 @@ from clustersim.cost.roofline import (
 )
 from clustersim.errors import ConfigError
 
-Group = Literal["linear", "elementwise", "attention_decode", "attention_prefill", "all_reduce"]
-GROUPS: tuple[Group, ...] = ("linear", "elementwise", "attention_decode", "attention_prefill", "all_reduce")
+Group = Literal["linear", "linear_fp8", "elementwise", "attention_decode", "attention_prefill", "all_reduce"]
+GROUPS: tuple[Group, ...] = (
+    "linear",
+    "linear_fp8",
+    "elementwise",
+    "attention_decode",
+    "attention_prefill",
+    "all_reduce",
+)
+FITTED_GROUPS: frozenset[Group] = frozenset(GROUPS) - {"linear_fp8"}  # FP8 GEMMs are only scored
 MAX_TOKENS = 4096
+MEASURED_PREFIX = "validation/kernels/"
+MEASURED_HEAD_DIM = 128  # scripts/measure_kernels.py times head dim 128 only
 SPLIT_SEED = 20240601
 MS = 1e-3
 
 # which catalogue GPU each vidur file prefix was measured on
 _GPU_OF_PREFIX = {"vidur_h100": "H100-SXM", "vidur_a100": "A100-80GB"}
+# which catalogue GPU each device name in a measured file's environment.json is (scripts/measure_kernels.py)
+_GPU_OF_DEVICE = {"NVIDIA H100 80GB HBM3": "H100-SXM", "NVIDIA H200": "H200", "NVIDIA A100-SXM4-80GB": "A100-80GB"}
 _LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 _ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 
@@ -74,10 +87,11 @@ class KernelSample:
     num_seqs: int = 0
     message_bytes: float = 0.0
     gemm_times_s: tuple[float, ...] = ()
+    source: str = ""
 
     def predict_s(self, gpu: GpuSpec) -> float:
         """The cost model's time for this sample on ``gpu`` (the same functions a step is priced with)."""
-        if self.group == "linear":
+        if self.group in ("linear", "linear_fp8"):
             assert self.model is not None
             return sum(gemm_time(g, self.model, gpu).time_s for g in self.gemms)
         if self.group == "all_reduce":
@@ -206,38 +220,123 @@ def all_reduce_samples(path: Path) -> list[KernelSample]:
     return samples
 
 
-def load_samples(profiles_dir: Path) -> list[KernelSample]:
-    """Every sample of every vidur file in ``profiles_dir``."""
+def _measured_gpu(path: Path) -> str:
+    env_path = path.with_name(f"{path.stem}.environment.json")
+    if not env_path.is_file():
+        raise ConfigError(str(path), "", f"no {env_path.name} beside it (written by scripts/measure_kernels.py)")
+    device = str(json.loads(env_path.read_text(encoding="utf-8")).get("device", ""))
+    if device not in _GPU_OF_DEVICE:
+        raise ConfigError(str(env_path), "device", f"{device!r} is not a GPU clustersim maps to a hardware profile")
+    return _GPU_OF_DEVICE[device]
+
+
+def _measured_shape(q_heads: int, kv_heads: int, precision: Precision = "bf16") -> ModelShape:
+    return ModelShape(
+        name="measured",
+        num_layers=1,
+        hidden_size=q_heads * MEASURED_HEAD_DIM,
+        num_attention_heads=q_heads,
+        num_kv_heads=kv_heads,
+        head_dim=MEASURED_HEAD_DIM,
+        intermediate_size=1,
+        vocab_size=1,
+        gated_mlp=True,
+        tied_embeddings=False,
+        max_model_len_tokens=1 << 20,
+        weight_bytes_per_param=BYTES_PER_ELEMENT[precision],
+        kv_bytes_per_element=2.0,
+        weight_precision=precision,
+    )
+
+
+def _measured_gemm(gpu: str, row: pd.Series, source: str) -> KernelSample:
+    fp8 = row["kernel"] == "gemm_fp8"
+    m, k, n = int(row["m_tokens"]), int(row["k"]), int(row["n"])
+    model = _measured_shape(8, 8, "fp8" if fp8 else "bf16")
+    measured = float(row["median_s"])
+    gemm = Gemm("gemm", m, k, n)
+    group: Group = "linear_fp8" if fp8 else "linear"
+    return KernelSample(gpu, group, (m, k, n), measured, m, 1, model, (gemm,), gemm_times_s=(measured,), source=source)
+
+
+def _measured_attention(gpu: str, row: pd.Series, source: str) -> KernelSample:
+    model = _measured_shape(int(row["q_heads"]), int(row["kv_heads"]))
+    batch, q_len, kv_len = int(row["batch"]), int(row["q_len"]), int(row["kv_len"])
+    key = (batch, q_len, kv_len, float(row["q_heads"]), float(row["kv_heads"]), float(row["causal"]))
+    measured = float(row["median_s"])
+    if row["kernel"] == "attn_decode":
+        work = decode_attention_work(batch, batch * kv_len, model, 1)
+        return KernelSample(gpu, "attention_decode", key, measured, batch, 1, model, work=work, num_seqs=batch,
+                            source=source)  # fmt: skip
+    if bool(row["causal"]):
+        work = prefill_attention_work((q_len,) * batch, (0,) * batch, model, 1)
+    else:
+        # q_len queries over every one of kv_len keys: as many query-key pairs as a causal chunk of
+        # q_len tokens after kv_len - q_len / 2 prior ones, and (within q_len / 2) the same key span
+        work = prefill_attention_work((q_len,), (kv_len - q_len // 2,), model, 1)
+    return KernelSample(gpu, "attention_prefill", key, measured, batch * q_len, 1, model, work=work,
+                        num_seqs=batch, source=source)  # fmt: skip
+
+
+def measured_samples(path: Path) -> list[KernelSample]:
+    """Samples from a ``scripts/measure_kernels.py`` table (its ``environment.json`` beside it names the GPU).
+
+    GEMMs are one sample each (BF16 fitted as ``linear``, FP8 scored as ``linear_fp8``). Attention
+    shapes were timed with several PyTorch backends; each shape's fastest stands for the engine's
+    kernel (FlashAttention-3, which engines run on Hopper, is in none of them; see docs/validation.md).
+    """
+    gpu = _measured_gpu(path)
+    frame = pd.read_csv(path)
+    missing = {"kernel", "median_s", "m_tokens", "k", "n", "batch", "q_len", "kv_len", "q_heads"} - set(frame.columns)
+    if missing:
+        raise ConfigError(str(path), ", ".join(sorted(missing)), "missing columns of a measured kernel table")
+    frame = frame[frame["median_s"].notna() & (frame["median_s"] > 0)]
+    source = f"{MEASURED_PREFIX}{path.name}"
+    samples = [_measured_gemm(gpu, row, source) for _, row in frame[frame["kernel"].str.startswith("gemm")].iterrows()]
+    attention = frame[frame["kernel"].str.startswith("attn")]
+    shape = ["kernel", "batch", "q_len", "kv_len", "q_heads", "kv_heads", "causal"]
+    fastest = attention.loc[attention.groupby(shape)["median_s"].idxmin()]
+    samples.extend(_measured_attention(gpu, row, source) for _, row in fastest.iterrows())
+    return samples
+
+
+def load_samples(profiles_dir: Path, kernels_dir: Path | None = None) -> list[KernelSample]:
+    """Every sample of every vidur file in ``profiles_dir`` and every measured table in ``kernels_dir``."""
     if not profiles_dir.is_dir():
         raise ConfigError(str(profiles_dir), "", "no such folder of measured profiles")
     samples: list[KernelSample] = []
     for path in sorted(profiles_dir.glob("vidur_*.csv")):
         if path.name.endswith("_mlp.csv"):
-            samples.extend(mlp_samples(path))
+            found = mlp_samples(path)
         elif "_attention_" in path.name:
-            samples.extend(attention_samples(path))
+            found = attention_samples(path)
         elif path.name.endswith("_all_reduce.csv"):
-            samples.extend(all_reduce_samples(path))
+            found = all_reduce_samples(path)
+        else:
+            continue
+        source = f"shared/ground_truth/profiles/{path.name}"
+        samples.extend(replace(s, source=source) for s in found)
     if not samples:
         raise ConfigError(
             str(profiles_dir), "", "holds no vidur_*_mlp.csv, *_attention_*.csv or *_all_reduce.csv files"
         )
+    if kernels_dir is not None:
+        tables = sorted(kernels_dir.glob("*.csv")) if kernels_dir.is_dir() else []
+        tables = [p for p in tables if p.with_name(f"{p.stem}.environment.json").is_file()]
+        if not tables:
+            raise ConfigError(
+                str(kernels_dir), "", "holds no measured kernel table (NAME.csv with NAME.environment.json)"
+            )
+        for path in tables:
+            samples.extend(measured_samples(path))
     return samples
 
 
-def files_by_gpu_and_group(profiles_dir: Path) -> dict[tuple[str, str], str]:
-    """Which files of ``profiles_dir`` feed each (GPU, op group), as ``shared/ground_truth/profiles/x.csv`` text."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for path in sorted(profiles_dir.glob("vidur_*.csv")):
-        gpu = _gpu_of(path)
-        if path.name.endswith("_mlp.csv"):
-            groups: tuple[str, ...] = ("linear", "elementwise")
-        elif "_attention_" in path.name:
-            groups = ("attention_decode", "attention_prefill")
-        else:
-            groups = ("all_reduce",)
-        for group in groups:
-            out.setdefault((gpu, group), []).append(f"shared/ground_truth/profiles/{path.name}")
+def files_by_gpu_and_group(samples: Iterable[KernelSample]) -> dict[tuple[str, str], str]:
+    """Which files feed each (GPU, op group), as ``shared/ground_truth/profiles/x.csv`` text."""
+    out: dict[tuple[str, str], dict[str, None]] = {}
+    for sample in samples:
+        out.setdefault((sample.gpu, sample.group), {})[sample.source] = None
     return {key: " and ".join(names) for key, names in out.items()}
 
 

@@ -26,7 +26,7 @@ from clustersim.validation.fit import (
     fit_gemms,
     fit_prefill_attention,
 )
-from clustersim.validation.kernels import GROUPS, KernelSample, held_out
+from clustersim.validation.kernels import GROUPS, MEASURED_PREFIX, KernelSample, held_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,8 @@ def calibrate(
     A GPU without attention samples gets the attention fractions fitted on one that has them
     (the fit is redone against that GPU's own peaks, so the fractions carry over, not the times),
     except the fields in ``keep[gpu]`` (values cited from a publication, see :func:`published_keys`):
-    a group with such a field is not fitted at all, even on the GPU's own samples.
+    a group with such a field is not fitted on the GPU's own vidur samples either, only on kernels
+    measured in this repository (``validation/kernels``: the engine-class kernel timed on that GPU).
     """
     keep = keep or {}
     split = held_out(samples)
@@ -92,11 +93,14 @@ def calibrate(
         rec = _Recorder(gpus[name])
         gemms = [(g, t) for s in linear for g, t in zip(s.gemms, s.gemm_times_s, strict=True)]
         rec.record(fit_gemms(gemms, rec.spec), name)
-        rec.record(fit_elementwise(_train(samples, split, name, "elementwise"), rec.spec), name)
+        elementwise = _train(samples, split, name, "elementwise")
+        if elementwise:
+            rec.record(fit_elementwise(elementwise, rec.spec), name)
         for group, fitter in (("attention_prefill", fit_prefill_attention), ("attention_decode", fit_decode_attention)):
-            if any(_FIT_GROUP[key] == group for key in keep.get(name, frozenset())):
-                continue  # priced from a publication: its own kernel timings score it, they do not refit it
             own = _train(samples, split, name, group)
+            measured_here = any(s.source.startswith(MEASURED_PREFIX) for s in own)
+            if not measured_here and any(_FIT_GROUP[key] == group for key in keep.get(name, frozenset())):
+                continue  # priced from a publication: its own kernel timings score it, they do not refit it
             if own:
                 rec.record(fitter(own, rec.spec), name)
                 continue
@@ -121,6 +125,7 @@ _FIT_GROUP = {
     "elementwise_kernel_latency_s": "elementwise",
     "prefill_attention_compute_efficiency_frac": "attention_prefill",
     "prefill_attention_latency_s": "attention_prefill",
+    "prefill_attention_half_efficiency_tokens": "attention_prefill",
     "decode_attention_memory_efficiency_frac": "attention_decode",
     "decode_attention_latency_s": "attention_decode",
     "decode_attention_half_occupancy_seqs": "attention_decode",
@@ -140,14 +145,19 @@ def calibration_sources(
     for key, value in calibration.values.items():
         donor, fit = calibration.fits[key]
         group = _FIT_GROUP[key]
-        held = next((r for r in held_out_errors if r.gpu == donor and r.group == group), None)
-        held_text = f", held-out MAPE {held.mape_pct:.1f}% on {held.num_samples} rows" if held else ""
+        held = [r for r in held_out_errors if r.gpu == donor and r.group == group]
+        held_text = "".join(
+            f", held-out MAPE {r.mape_pct:.1f}% on {r.num_samples} rows"
+            + (f" of {r.source.rsplit('/', 1)[-1]}" if len(held) > 1 else "")
+            for r in held
+        )
         borrowed = (
             ""
             if donor == calibration.gpu
             else f"no {group} kernels measured on {calibration.gpu}: fraction fitted on {donor}; "
         )
-        tokens = ", num_tokens <= 4096" if group in ("linear", "elementwise") else ""
+        vidur = "vidur_" in files.get((donor, group), "")
+        tokens = ", vidur's num_tokens <= 4096" if vidur and group in ("linear", "elementwise") else ""
         out[key] = (
             value,
             f"{borrowed}fitted by `clustersim validate-cost --fit` on the training half (seeded random half of "
@@ -169,6 +179,7 @@ class ScoredSample:
     held_out: bool
     measured_s: float
     predicted_s: float
+    source: str = ""
 
     @property
     def abs_pct_error(self) -> float:
@@ -187,6 +198,7 @@ def score(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> list[
             split[(s.gpu, s.group, s.key)],
             s.measured_s,
             s.predict_s(gpus[s.gpu]),
+            s.source,
         )
         for s in samples
         if s.gpu in gpus
@@ -195,40 +207,43 @@ def score(samples: Sequence[KernelSample], gpus: Mapping[str, GpuSpec]) -> list[
 
 @dataclass(frozen=True, slots=True)
 class ErrorRow:
-    """Mean absolute percentage error of one op group on one GPU, over held-out samples."""
+    """Mean absolute percentage error of one op group on one GPU from one measured file, over held-out samples."""
 
     gpu: str
     group: str
     num_samples: int
     mape_pct: float
     p90_ape_pct: float
+    source: str = ""
 
 
 def mape_table(scored: Sequence[ScoredSample], held_out_only: bool = True) -> list[ErrorRow]:
-    """Per (GPU, op group) MAPE, in the order of :data:`GROUPS`."""
+    """Per (GPU, op group, measured file) MAPE, in the order of :data:`GROUPS`."""
     rows: list[ErrorRow] = []
     for gpu in sorted({s.gpu for s in scored}):
         for group in GROUPS:
-            errors = sorted(
-                s.abs_pct_error
-                for s in scored
-                if s.gpu == gpu and s.group == group and (s.held_out or not held_out_only)
-            )
-            if errors:
-                p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
-                rows.append(ErrorRow(gpu, group, len(errors), sum(errors) / len(errors), p90))
+            for source in sorted({s.source for s in scored if s.gpu == gpu and s.group == group}):
+                errors = sorted(
+                    s.abs_pct_error
+                    for s in scored
+                    if s.gpu == gpu and s.group == group and s.source == source and (s.held_out or not held_out_only)
+                )
+                if errors:
+                    p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
+                    rows.append(ErrorRow(gpu, group, len(errors), sum(errors) / len(errors), p90, source))
     return rows
 
 
 def format_mape_table(rows: Sequence[ErrorRow], targets: Mapping[str, float]) -> str:
     """An aligned text table of :func:`mape_table` rows with each group's target."""
-    lines = [f"{'gpu':<11}{'op group':<19}{'samples':>8}{'MAPE %':>9}{'p90 %':>8}{'target %':>10}"]
+    lines = [f"{'gpu':<11}{'op group':<19}{'measured in':<42}{'samples':>8}{'MAPE %':>9}{'p90 %':>8}{'target %':>10}"]
     for row in rows:
         target = targets.get(row.group)
         mark = "" if target is None else (" ok" if row.mape_pct <= target else " MISSED")
         target_text = "-" if target is None else f"{target:.0f}"
+        source = row.source.rsplit("/", 1)[-1]
         lines.append(
-            f"{row.gpu:<11}{row.group:<19}{row.num_samples:>8}{row.mape_pct:>9.1f}{row.p90_ape_pct:>8.1f}"
+            f"{row.gpu:<11}{row.group:<19}{source:<42}{row.num_samples:>8}{row.mape_pct:>9.1f}{row.p90_ape_pct:>8.1f}"
             f"{target_text:>10}{mark}"
         )
     return "\n".join(lines)
@@ -245,6 +260,7 @@ def write_scored(scored: Sequence[ScoredSample], path: Path) -> Path:
             "held_out": [s.held_out for s in scored],
             "measured_s": [s.measured_s for s in scored],
             "predicted_s": [s.predicted_s for s in scored],
+            "source": [s.source for s in scored],
         }
     )
     path.parent.mkdir(parents=True, exist_ok=True)
