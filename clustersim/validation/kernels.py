@@ -16,9 +16,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from clustersim.architecture import BYTES_PER_ELEMENT, GpuSpec, ModelShape, Precision
+from clustersim.architecture import BYTES_PER_ELEMENT, GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import EngineProfile
+from clustersim.config.scenario import Precision
 from clustersim.cost.ops import (
     Gemm,
     Work,
