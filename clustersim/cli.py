@@ -212,8 +212,9 @@ def validate_cost(
         fail(str(exc))
         return
     click.echo(report)
-    if doc:
-        write_doc(doc, f"```text\n{report}\n```")
+    if doc:  # without the machine-specific "wrote PATH" lines
+        table = "\n".join(line for line in report.splitlines() if not line.startswith("wrote "))
+        write_doc(doc, f"```text\n{table}\n```")
     if published:
         return
     if out_dir is not None:

@@ -121,7 +121,8 @@ clustersim report "$out/spec-users" --out "$out/spec-users-figures" \
   && cp "$out/spec-users-figures/latency_vs_achieved.png" docs/figures/speculative-users.png
 
 # docs/validation.md: kernels and published serving results
-clustersim validate-cost ../shared/ground_truth --doc docs/validation.md#kernels
+clustersim validate-cost ../shared/ground_truth --kernels validation/kernels --out "$out/kernels" --doc docs/validation.md#kernels \
+  && cp "$out/kernels/cost-validation.png" docs/figures/cost-validation.png
 clustersim validate-cost ../shared/ground_truth --published --doc docs/validation.md#published
 
 # docs/validation.md: calibrating the trtllm engine on a third of TensorRT-LLM's published tables

@@ -66,8 +66,8 @@ FRONTEND_MAX_MS = 200.0
 FRONTEND_STEP_MS = 2.0  # wide enough that the small jumps of discrete batching do not decide the slope
 FRONTEND_START_MS = 1.0
 SCALE_FIELDS: dict[str, tuple[str, ...]] = {
-    # prefill attention is not scaled: engines run the FlashAttention kernels whose published speed the
-    # GPU profiles carry (see prefill_attention_compute_efficiency_frac), so what differs between engines
+    # prefill attention is not scaled: engines run the FlashAttention kernels whose speed the GPU profiles
+    # carry (published or timed, see prefill_attention_compute_efficiency_frac), so what differs between engines
     # on compute is their GEMMs and what they fuse around them
     "compute": ("gemm_compute_scale",),
     "memory": ("gemm_memory_scale", "decode_attention_scale", "elementwise_scale"),

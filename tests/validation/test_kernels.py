@@ -92,37 +92,3 @@ def test_validate_cost_on_missing_folder_is_one_line_error(tmp_path: Path):
     result = CliRunner().invoke(main, ["validate-cost", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "no such folder of measured profiles" in result.output
-
-
-def test_measured_table_names_its_gpu_and_keeps_each_shapes_fastest_kernel(tmp_path: Path):
-    from clustersim.validation.kernels import measured_samples
-
-    header = "kernel,backend,m_tokens,k,n,batch,q_len,kv_len,q_heads,kv_heads,head_dim,causal,flops,bytes,median_s\n"
-    rows = [
-        "gemm_bf16,cublas,64,4096,4096,,,,,,,,,,2.0e-5",
-        "attn_prefill,flash,,,,1,1024,4096,8,1,128,0,,,3.0e-5",
-        "attn_prefill,cudnn,,,,1,1024,4096,8,1,128,0,,,2.0e-5",
-        "attn_decode,flash,,,,32,1,2048,32,8,128,0,,,4.0e-5",
-    ]
-    (tmp_path / "x.csv").write_text(header + "\n".join(rows) + "\n")
-    (tmp_path / "x.environment.json").write_text('{"device": "NVIDIA H200"}')
-    found = measured_samples(tmp_path / "x.csv")
-    assert {s.gpu for s in found} == {"H200"}
-    prefill = [s for s in found if s.group == "attention_prefill"]
-    assert len(prefill) == 1 and prefill[0].measured_s == 2.0e-5
-    # 1024 queries over all 4096 keys, each pair 2 x 2 x 128 FLOPs per head, 8 heads (within half a key per query)
-    assert prefill[0].work.flops == pytest.approx(4 * 128 * 8 * 1024 * 4096, rel=1e-3)
-    decode = next(s for s in found if s.group == "attention_decode")
-    assert decode.num_seqs == 32
-
-
-def test_measured_table_with_an_unknown_gpu_or_no_environment_is_a_config_error(tmp_path: Path):
-    from clustersim.errors import ConfigError
-    from clustersim.validation.kernels import measured_samples
-
-    (tmp_path / "x.csv").write_text("kernel,median_s\n")
-    with pytest.raises(ConfigError, match=r"environment\.json"):
-        measured_samples(tmp_path / "x.csv")
-    (tmp_path / "x.environment.json").write_text('{"device": "Some GPU"}')
-    with pytest.raises(ConfigError, match="Some GPU"):
-        measured_samples(tmp_path / "x.csv")
