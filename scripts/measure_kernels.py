@@ -451,6 +451,96 @@ def measure(out: Path, shapes_path: Path, budget_s: float, sections: list[str]) 
     print("after:", smi, flush=True)
 
 
+SUSTAINED_GEMMS = ((8192, 10240), (8192, 8192), (8192, 57344), (28672, 8192))  # Llama-3.1-70B, one GPU
+SMI_FIELDS = "clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active"
+
+
+def _smi_sampler(path: Path, stop) -> None:
+    with path.open("w") as handle:
+        handle.write("t_s," + SMI_FIELDS + "\n")
+        start = time.monotonic()
+        while not stop.is_set():
+            line = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            handle.write(f"{time.monotonic() - start:.2f},{line}\n")
+            handle.flush()
+            stop.wait(0.5)
+
+
+def sustained(out: Path, seconds: float) -> None:
+    """Throughput over time under continuous load (a prefill-like GEMM mix in BF16 and FP8, then decode
+    attention), in windows of about 0.25 s, with the SM clock, power and throttle reasons beside it."""
+    import threading
+
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    sampler = threading.Thread(target=_smi_sampler, args=(out / "smi.csv", stop), daemon=True)
+    one = torch.tensor(1.0, device="cuda")
+    tokens = 4096
+    phases = {}
+    xs = torch.randn(tokens, 28672, device="cuda", dtype=torch.bfloat16)
+    bf16 = [(xs[:, :k], torch.randn(k, n, device="cuda", dtype=torch.bfloat16)) for k, n in SUSTAINED_GEMMS]
+    phases["gemm_bf16"] = (
+        [lambda x=x, w=w: x @ w for x, w in bf16],
+        sum(2 * tokens * k * n for k, n in SUSTAINED_GEMMS),
+    )
+    x8 = xs.to(torch.float8_e4m3fn)
+    fp8 = [
+        (x8[:, :k].contiguous(), torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t())
+        for k, n in SUSTAINED_GEMMS
+    ]
+    phases["gemm_fp8"] = (
+        [
+            lambda x=x, w=w: torch._scaled_mm(
+                x, w, scale_a=one, scale_b=one, out_dtype=torch.bfloat16, use_fast_accum=True
+            )
+            for x, w in fp8
+        ],
+        sum(2 * tokens * k * n for k, n in SUSTAINED_GEMMS),
+    )
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    q = torch.randn(128, 8, 4, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    kv = [
+        (
+            torch.randn(128, 8, 4096, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+            torch.randn(128, 8, 4096, HEAD_DIM, device="cuda", dtype=torch.bfloat16),
+        )
+        for _ in range(4)
+    ]
+    phases["attn_decode"] = ([lambda k=k, v=v: sdpa(q, k, v) for k, v in kv], 4 * 128 * 8 * 4096 * HEAD_DIM * 2 * 2)
+    sampler.start()
+    with (out / "sustained.csv").open("w") as handle:
+        handle.write("phase,t_s,window_s,launches,work_per_s\n")
+        start = time.monotonic()
+        for name, (fns, work) in phases.items():
+            t_end = time.monotonic() + seconds
+            while time.monotonic() < t_end:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                launches = 16  # rounds of every kernel of the phase
+                for _ in range(launches):
+                    for fn in fns:
+                        fn()
+                end.record()
+                end.synchronize()
+                window = begin.elapsed_time(end) * 1e-3
+                handle.write(
+                    f"{name},{time.monotonic() - start:.2f},{window:.5f},{launches},{launches * work / window:.4e}\n"
+                )
+                handle.flush()
+            torch.cuda.synchronize()
+            time.sleep(2.0)  # let the clock recover between phases
+    stop.set()
+    sampler.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -462,8 +552,13 @@ def main() -> None:
     )
     run.add_argument("--budget-s", type=float, default=240.0, help="time for all sections together")
     run.add_argument("--sections", default="prefill,decode,bf16,fp8")
+    held = sub.add_parser("sustained", help="throughput over time under continuous load; needs torch")
+    held.add_argument("--out", type=Path, required=True)
+    held.add_argument("--seconds", type=float, default=30.0, help="per phase")
     args = parser.parse_args()
-    if args.command == "shapes":
+    if args.command == "sustained":
+        sustained(args.out, args.seconds)
+    elif args.command == "shapes":
         print(json.dumps(gemm_shapes(), indent=1))
     else:
         measure(args.out, args.shapes, args.budget_s, args.sections.split(","))
