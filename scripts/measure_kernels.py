@@ -230,32 +230,15 @@ def measure_gemms(torch, rec: Recorder, timer: Timer, shapes: dict, l2: float, f
                 def fn(i, x=x, w=weights):
                     return x @ w[i % len(w)]
 
+            base = {"kernel": f"gemm_{'fp8' if fp8 else 'bf16'}", "m_tokens": m, "k": k, "n": n}
             try:
                 med, lo, hi, launches = timer(fn)
             except RuntimeError as exc:  # a shape the library refuses
-                rec.row(
-                    kernel=f"gemm_{'fp8' if fp8 else 'bf16'}",
-                    backend="torch",
-                    m_tokens=m,
-                    k=k,
-                    n=n,
-                    note=f"error: {str(exc).splitlines()[0][:120]}",
-                )
+                rec.row(**base, backend="torch", note=f"error: {str(exc).splitlines()[0][:120]}")
                 continue
-            rec.row(
-                kernel=f"gemm_{'fp8' if fp8 else 'bf16'}",
-                backend="cublas",
-                m_tokens=m,
-                k=k,
-                n=n,
-                flops=2 * m * k * n,
-                bytes=k * n * elem + m * k * elem + m * n * 2,
-                median_s=med,
-                min_s=lo,
-                max_s=hi,
-                launches=launches,
-                note=";".join(users),
-            )
+            num_bytes = k * n * elem + m * k * elem + m * n * 2
+            rec.row(**base, backend="cublas", flops=2 * m * k * n, bytes=num_bytes, median_s=med, min_s=lo, max_s=hi,
+                    launches=launches, note=";".join(users))  # fmt: skip
 
 
 def _sdpa_backends(torch):
