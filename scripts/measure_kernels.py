@@ -281,19 +281,8 @@ def _attention(
         num_bytes,
         l2,
     )
-    row = dict(
-        kernel=kind,
-        backend=backend,
-        batch=batch,
-        q_len=q_len,
-        kv_len=kv_len,
-        q_heads=q_heads,
-        kv_heads=kv_heads,
-        head_dim=HEAD_DIM,
-        causal=int(causal),
-        flops=flops,
-        bytes=num_bytes,
-    )
+    row = dict(kernel=kind, backend=backend, batch=batch, q_len=q_len, kv_len=kv_len, q_heads=q_heads,
+               kv_heads=kv_heads, head_dim=HEAD_DIM, causal=int(causal), flops=flops, bytes=num_bytes)  # fmt: skip
     try:
         with sdpa_kernel([_sdpa_backends(torch)[backend]]):
 
@@ -323,24 +312,10 @@ def measure_prefill(torch, rec, timer, l2, deadline) -> None:
                 pairs = lq * lk / 2 if causal else lq * lk
                 flops = 4 * batch * qh * HEAD_DIM * pairs
                 num_bytes = 2 * batch * HEAD_DIM * (2 * lq * qh + 2 * lk * kvh)
-                _attention(
-                    torch,
-                    rec,
-                    timer,
-                    kind="attn_prefill",
-                    backend=backend,
-                    batch=batch,
-                    q_len=lq,
-                    kv_len=lk,
-                    q_heads=qh,
-                    kv_heads=kvh,
-                    causal=causal,
-                    flops=flops,
-                    num_bytes=num_bytes,
-                    q_shape=(batch, qh, lq, HEAD_DIM),
-                    kv_shape=(batch, qh, lk, HEAD_DIM),
-                    l2=l2 / group,
-                )
+                _attention(torch, rec, timer, kind="attn_prefill", backend=backend, batch=batch, q_len=lq, kv_len=lk,
+                           q_heads=qh, kv_heads=kvh, causal=causal, flops=flops, num_bytes=num_bytes,
+                           q_shape=(batch, qh, lq, HEAD_DIM), kv_shape=(batch, qh, lk, HEAD_DIM),
+                           l2=l2 / group)  # fmt: skip
 
 
 def measure_decode(torch, rec, timer, l2, deadline) -> None:
@@ -356,24 +331,11 @@ def measure_decode(torch, rec, timer, l2, deadline) -> None:
                     if time.monotonic() > deadline:
                         return
                     flops = 4 * batch * qh * HEAD_DIM * lk
-                    _attention(
-                        torch,
-                        rec,
-                        timer,
-                        kind="attn_decode",
-                        backend=backend,
-                        batch=batch,
-                        q_len=1,
-                        kv_len=lk,
-                        q_heads=qh,
-                        kv_heads=kvh,
-                        causal=False,
-                        flops=flops,
-                        num_bytes=kv_bytes + 2 * 2 * batch * qh * HEAD_DIM,
-                        q_shape=(batch, kvh, group, HEAD_DIM),
-                        kv_shape=(batch, kvh, lk, HEAD_DIM),
-                        l2=l2,
-                    )
+                    _attention(torch, rec, timer, kind="attn_decode", backend=backend, batch=batch, q_len=1, kv_len=lk,
+                               q_heads=qh, kv_heads=kvh, causal=False, flops=flops,
+                               num_bytes=kv_bytes + 2 * 2 * batch * qh * HEAD_DIM,
+                               q_shape=(batch, kvh, group, HEAD_DIM), kv_shape=(batch, kvh, lk, HEAD_DIM),
+                               l2=l2)  # fmt: skip
                     torch.cuda.empty_cache()
 
 
