@@ -279,6 +279,26 @@ def _measured_attention(gpu: str, row: pd.Series, source: str) -> KernelSample:
                         num_seqs=batch, source=source)  # fmt: skip
 
 
+_NUMERIC = {
+    "gemm": ("m_tokens", "k", "n", "median_s"),
+    "attn": ("batch", "q_len", "kv_len", "q_heads", "kv_heads", "causal", "median_s"),
+}
+
+
+def _check_numeric(frame: pd.DataFrame, path: Path) -> None:
+    """Every field a row's kernel needs is a number (a failed timing may leave ``median_s`` empty)."""
+    for prefix, columns in _NUMERIC.items():
+        rows = frame[frame["kernel"].astype(str).str.startswith(prefix)]
+        for column in columns:
+            values = pd.to_numeric(rows[column], errors="coerce")
+            bad = values.isna() & rows[column].notna() if column == "median_s" else values.isna()
+            if bad.any():
+                line = int(rows.index[bad.to_numpy()][0]) + 2  # the header is line 1
+                problem = f"line {line}: {rows[column][bad].iloc[0]!r} is not a number"
+                raise ConfigError(str(path), column, problem)
+            frame.loc[rows.index, column] = values
+
+
 def measured_samples(path: Path) -> list[KernelSample]:
     """Samples from a ``scripts/measure_kernels.py`` table (its ``environment.json`` beside it names the GPU).
 
@@ -291,6 +311,7 @@ def measured_samples(path: Path) -> list[KernelSample]:
     missing = {"kernel", "median_s", "m_tokens", "k", "n", "batch", "q_len", "kv_len", "q_heads"} - set(frame.columns)
     if missing:
         raise ConfigError(str(path), ", ".join(sorted(missing)), "missing columns of a measured kernel table")
+    _check_numeric(frame, path)
     frame = frame[frame["median_s"].notna() & (frame["median_s"] > 0)]
     source = f"{MEASURED_PREFIX}{path.name}"
     samples = [_measured_gemm(gpu, row, source) for _, row in frame[frame["kernel"].str.startswith("gemm")].iterrows()]
@@ -317,12 +338,10 @@ def load_samples(profiles_dir: Path, kernels_dir: Path | None = None) -> list[Ke
             continue
         source = f"shared/ground_truth/profiles/{path.name}"
         samples.extend(replace(s, source=source) for s in found)
-    if not samples:
-        raise ConfigError(
-            str(profiles_dir), "", "holds no vidur_*_mlp.csv, *_attention_*.csv or *_all_reduce.csv files"
-        )
     if kernels_dir is not None:
-        tables = sorted(kernels_dir.glob("*.csv")) if kernels_dir.is_dir() else []
+        if not kernels_dir.is_dir():
+            raise ConfigError(str(kernels_dir), "", "no such folder of measured kernel tables")
+        tables = sorted(kernels_dir.glob("*.csv"))
         tables = [p for p in tables if p.with_name(f"{p.stem}.environment.json").is_file()]
         if not tables:
             raise ConfigError(
@@ -330,6 +349,10 @@ def load_samples(profiles_dir: Path, kernels_dir: Path | None = None) -> list[Ke
             )
         for path in tables:
             samples.extend(measured_samples(path))
+    if not samples:
+        raise ConfigError(
+            str(profiles_dir), "", "holds no vidur_*_mlp.csv, *_attention_*.csv or *_all_reduce.csv files"
+        )
     return samples
 
 

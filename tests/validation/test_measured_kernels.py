@@ -55,3 +55,25 @@ def test_gemm_shapes_file_is_what_the_measuring_script_derives_from_the_catalogu
     shapes = module.gemm_shapes()
     assert json.loads((KERNELS / "gemm_shapes.json").read_text()) == shapes
     assert "8192x1280" in shapes  # Llama-3.1-70B's QKV projection at TP 8
+
+
+def test_measured_table_with_a_non_number_names_its_column_and_line(tmp_path: Path):
+    from clustersim.errors import ConfigError
+    from clustersim.validation.kernels import measured_samples
+
+    header = "kernel,backend,m_tokens,k,n,batch,q_len,kv_len,q_heads,kv_heads,head_dim,causal,flops,bytes,median_s\n"
+    good = "gemm_bf16,cublas,64,4096,4096,,,,,,,,,,2.0e-5\n"
+    (tmp_path / "x.csv").write_text(header + good + "gemm_bf16,cublas,abc,4096,4096,,,,,,,,,,2.0e-5\n")
+    (tmp_path / "x.environment.json").write_text('{"device": "NVIDIA H200"}')
+    with pytest.raises(ConfigError, match=r"m_tokens: line 3: 'abc' is not a number"):
+        measured_samples(tmp_path / "x.csv")
+
+
+def test_missing_kernels_folder_is_one_line_error(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from clustersim.cli import main
+
+    result = CliRunner().invoke(main, ["validate-cost", str(tmp_path), "--kernels", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "no such folder" in result.output
