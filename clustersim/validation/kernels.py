@@ -46,7 +46,6 @@ GROUPS: tuple[Group, ...] = (
     "attention_prefill",
     "all_reduce",
 )
-FITTED_GROUPS: frozenset[Group] = frozenset(GROUPS) - {"linear_fp8"}  # FP8 GEMMs are only scored
 MAX_TOKENS = 4096
 MEASURED_PREFIX = "validation/kernels/"
 MEASURED_HEAD_DIM = 128  # scripts/measure_kernels.py times head dim 128 only
@@ -308,7 +307,7 @@ def measured_samples(path: Path) -> list[KernelSample]:
     """
     gpu = _measured_gpu(path)
     frame = pd.read_csv(path)
-    missing = {"kernel", "median_s", "m_tokens", "k", "n", "batch", "q_len", "kv_len", "q_heads"} - set(frame.columns)
+    missing = {"kernel"}.union(*_NUMERIC.values()) - set(frame.columns)
     if missing:
         raise ConfigError(str(path), ", ".join(sorted(missing)), "missing columns of a measured kernel table")
     _check_numeric(frame, path)
@@ -357,7 +356,7 @@ def load_samples(profiles_dir: Path, kernels_dir: Path | None = None) -> list[Ke
 
 
 def files_by_gpu_and_group(samples: Iterable[KernelSample]) -> dict[tuple[str, str], str]:
-    """Which files feed each (GPU, op group), as ``shared/ground_truth/profiles/x.csv`` text."""
+    """Which files feed each (GPU, op group), as their paths from the samples' ``source``, joined by "and"."""
     out: dict[tuple[str, str], dict[str, None]] = {}
     for sample in samples:
         out.setdefault((sample.gpu, sample.group), {})[sample.source] = None

@@ -219,18 +219,16 @@ class ErrorRow:
 
 def mape_table(scored: Sequence[ScoredSample], held_out_only: bool = True) -> list[ErrorRow]:
     """Per (GPU, op group, measured file) MAPE, in the order of :data:`GROUPS`."""
+    errors: dict[tuple[str, str, str], list[float]] = {}
+    for s in scored:
+        if s.held_out or not held_out_only:
+            errors.setdefault((s.gpu, s.group, s.source), []).append(s.abs_pct_error)
+    order: dict[str, int] = {group: i for i, group in enumerate(GROUPS)}
     rows: list[ErrorRow] = []
-    for gpu in sorted({s.gpu for s in scored}):
-        for group in GROUPS:
-            for source in sorted({s.source for s in scored if s.gpu == gpu and s.group == group}):
-                errors = sorted(
-                    s.abs_pct_error
-                    for s in scored
-                    if s.gpu == gpu and s.group == group and s.source == source and (s.held_out or not held_out_only)
-                )
-                if errors:
-                    p90 = errors[min(len(errors) - 1, int(0.9 * len(errors)))]
-                    rows.append(ErrorRow(gpu, group, len(errors), sum(errors) / len(errors), p90, source))
+    for gpu, group, source in sorted(errors, key=lambda k: (k[0], order[k[1]], k[2])):
+        values = sorted(errors[(gpu, group, source)])
+        p90 = values[min(len(values) - 1, int(0.9 * len(values)))]
+        rows.append(ErrorRow(gpu, group, len(values), sum(values) / len(values), p90, source))
     return rows
 
 
