@@ -11,11 +11,11 @@ from dataclasses import dataclass, field, replace
 
 from clustersim.config.profiles import (
     Cited,
-    EfficiencyScales,
     EngineProfile,
     HardwareProfile,
     KVMemoryRule,
     ModelProfile,
+    engine_scales,
 )
 from clustersim.config.scenario import Precision
 
@@ -352,7 +352,12 @@ class GpuSpec:
     engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
-    def from_profiles(cls, hardware: HardwareProfile, engine: EngineProfile) -> GpuSpec:
+    def from_profiles(
+        cls, hardware: HardwareProfile, engine: EngineProfile, engine_version: str | None = None
+    ) -> GpuSpec:
+        """The GPU as ``engine`` runs it: the hardware profile's efficiencies times the engine's scales
+        on the GPU's family, for a run of release ``engine_version`` (None: the profile's current)."""
+
         def opt(cited: object, default: float | None) -> float | None:
             value = getattr(cited, "value", None)
             return default if value is None else float(value)
@@ -364,8 +369,7 @@ class GpuSpec:
 
         engine_spec = EngineSpec.from_profile(engine)
         family = hardware.family.value if hardware.family is not None else None
-        found = (engine.efficiency or {}).get(family) if family is not None else None
-        scales = found or EfficiencyScales()
+        scales = engine_scales(engine, family, engine_version)
 
         def scaled(value: float, scale: Cited[float] | None) -> float:
             return value if scale is None else min(1.0, value * scale.value)

@@ -29,6 +29,7 @@ from clustersim.cli_validate import validate_command
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
+from clustersim.config.profiles import release_numbers
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
@@ -268,6 +269,9 @@ main.add_command(validate_command)
 )
 @click.option("--weights", type=click.Choice(["bf16", "fp16", "fp8", "fp4"]), default=None, help="Weight precision.")
 @click.option("--kv-cache", type=click.Choice(["bf16", "fp16", "fp8"]), default=None, help="KV-cache precision.")
+@click.option(
+    "--engine-version", default=None, help="The engine's release (kernels of later releases slower; default: current)."
+)
 def step(
     hardware: str,
     model_name: str,
@@ -280,12 +284,16 @@ def step(
     prefill_context: int,
     weights: Precision | None,
     kv_cache: Precision | None,
+    engine_version: str | None,
 ) -> None:
     """Price one step with the roofline model and print its breakdown per op group."""
     catalogue = Catalogue.builtin()
+    if engine_version is not None and release_numbers(engine_version) is None:
+        fail(f"--engine-version: '{engine_version}' is not a release number such as 0.4.2")
+        return
     try:
         gpu = GpuSpec.from_profiles(
-            catalogue.hardware(hardware, "--hardware", ""), catalogue.engine(engine, "--engine", "")
+            catalogue.hardware(hardware, "--hardware", ""), catalogue.engine(engine, "--engine", ""), engine_version
         )
         shape = ModelShape.from_profile(catalogue.model(model_name, "--model", ""), weights, kv_cache)
     except ClusterSimError as exc:
@@ -294,9 +302,10 @@ def step(
     prefill = (prefill_tokens,) if prefill_tokens else ()
     batch = StepBatch(prefill, (prefill_context,) if prefill else (), num_decode_seqs, num_decode_seqs * context_tokens)
     cost = RooflineCostModel(shape, gpu, tensor_parallel, pipeline_parallel).price(batch)
+    release = f" {engine_version}" if engine_version else ""
     click.echo(
         f"{shape.name} ({shape.weight_precision} weights) on {tensor_parallel * pipeline_parallel} x {gpu.name} "
-        f"(TP {tensor_parallel}, PP {pipeline_parallel}), engine {engine}: {num_decode_seqs} decoding x "
+        f"(TP {tensor_parallel}, PP {pipeline_parallel}), engine {engine}{release}: {num_decode_seqs} decoding x "
         f"{context_tokens} context, prefill {prefill_tokens} (+{prefill_context} prior)"
     )
     click.echo(format_breakdown(cost))

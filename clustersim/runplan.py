@@ -220,7 +220,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     model_profile = catalogue.model(scenario.cluster.model, source)
     engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
     model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
-    gpu = GpuSpec.from_profiles(hardware, engine)
+    gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
         gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
     tp, pp = group.tensor_parallel, group.pipeline_parallel

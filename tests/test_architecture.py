@@ -190,3 +190,51 @@ def test_an_engines_all_reduce_latency_replaces_nccls_and_its_fitted_scale_multi
     assert scaled.engine.all_reduce_latency_s == pytest.approx(3.0 * own.all_reduce_latency_s.value)  # not capped
     fitted_nccl = GpuSpec.from_profiles(hardware, nccl.model_copy(update={"efficiency": {"hopper": scales}}))
     assert fitted_nccl.engine.all_reduce_latency_s == pytest.approx(3.0 * hardware.interconnect_latency_s.value)
+
+
+def test_an_older_release_runs_without_the_kernels_later_ones_gained():
+    from clustersim.config.profiles import Cited, EfficiencyScales, KernelRelease
+
+    def cited(value):
+        return Cited[float](value=value, source="test factor")
+
+    hardware = CATALOGUE.hardware("MI300X")
+    release = KernelRelease(
+        gpu_family="cdna3",
+        since_version="0.4.7",
+        before=EfficiencyScales(gemm_compute_scale=cited(0.5), decode_attention_scale=cited(0.25)),
+    )
+    fitted = EfficiencyScales(gemm_compute_scale=cited(0.8))
+    engine = CATALOGUE.engine("sglang").model_copy(
+        update={"efficiency": {"cdna3": fitted}, "kernel_releases": (release,)}
+    )
+    current = GpuSpec.from_profiles(hardware, engine)
+    for version in (None, "0.4.7", "v0.5.0rc1", "1.0"):
+        assert GpuSpec.from_profiles(hardware, engine, version) == current
+    old = GpuSpec.from_profiles(hardware, engine, "0.4.2.post4")
+    assert old.compute_efficiency_frac == pytest.approx(0.5 * current.compute_efficiency_frac)  # 0.8 x 0.5
+    decode_frac = hardware.decode_attention_memory_efficiency_frac or hardware.memory_efficiency_frac
+    assert old.decode_attention_memory_efficiency_frac == pytest.approx(0.25 * decode_frac.value)  # no fitted scale
+    assert old.memory_efficiency_frac == current.memory_efficiency_frac  # no factor: unchanged
+    nvidia = CATALOGUE.hardware("H100-SXM")  # the release's family only
+    assert GpuSpec.from_profiles(nvidia, engine, "0.4.2") == GpuSpec.from_profiles(nvidia, engine)
+
+
+def test_a_kernel_release_and_a_scenarios_engine_version_must_be_release_numbers():
+    from pydantic import ValidationError
+
+    from clustersim.config.loader import scenario_from_mapping
+    from clustersim.config.profiles import EfficiencyScales, KernelRelease
+    from clustersim.errors import ConfigError
+
+    with pytest.raises(ValidationError, match="not a release number"):
+        KernelRelease(gpu_family="cdna3", since_version="latest", before=EfficiencyScales())
+    mapping = {
+        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "engine_version": "nightly"},
+        "workload": {"tenants": [{"name": "t", "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                                  "prompt_tokens": {"kind": "fixed", "tokens": 100},
+                                  "output_tokens": {"kind": "fixed", "tokens": 10}}]},
+        "stop": {"max_requests": 10},
+    }
+    with pytest.raises(ConfigError, match="cluster.engine_version.*not a release number"):
+        scenario_from_mapping(mapping, "s.yaml")

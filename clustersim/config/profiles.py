@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from clustersim.config.base import StrictModel
 
@@ -162,6 +163,36 @@ class EfficiencyScales(_Physical):
     comm_latency_scale: Cited[float] | None = None
 
 
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def release_numbers(text: str) -> tuple[int, ...] | None:
+    """An engine release's leading numbers (``"v0.4.2.post4"``: ``(0, 4, 2)``); None without any."""
+    found = _RELEASE.match(text.strip())
+    return tuple(int(part) for part in found.groups() if part is not None) if found else None
+
+
+class KernelRelease(StrictModel):
+    """Kernels an engine gained on one GPU family in one release.
+
+    A run of an older release (the scenario's ``cluster.engine_version`` below ``since_version``) has
+    the engine's efficiency scales on ``gpu_family`` multiplied by ``before``: how much slower the
+    kernels it ran then were, each factor with its source (a measurement of the same engine with and
+    without them). Runs without a version are of the profile's current release.
+    """
+
+    gpu_family: GpuFamily
+    since_version: str
+    before: EfficiencyScales
+
+    @field_validator("since_version")
+    @classmethod
+    def _release(cls, text: str) -> str:
+        if release_numbers(text) is None:
+            raise ValueError(f"'{text}' is not a release number such as 0.4.7")
+        return text
+
+
 class EngineSchedulerDefaults(StrictModel):
     """An engine's defaults for the scenario's ``scheduler`` section."""
 
@@ -210,7 +241,8 @@ class EngineProfile(_Physical):
     is what the engine holds outside tensors (CUDA context growth, cuBLAS workspaces), plus
     ``runtime_memory_tp_bytes`` with tensor parallelism (NCCL and custom all-reduce buffers).
     ``efficiency``: by GPU family, how this engine's kernels scale the GPU profile's measured
-    efficiencies (:class:`EfficiencyScales`). ``frontend_per_request_s`` and
+    efficiencies (:class:`EfficiencyScales`); ``kernel_releases``: kernels it gained in later
+    releases, which an older release's run lacks (:class:`KernelRelease`). ``frontend_per_request_s`` and
     ``frontend_per_output_token_s``: the work of the HTTP front end (API server: parsing,
     tokenizing, streaming and detokenizing) per request and per output token, done one request at a
     time beside the engine loop (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is
@@ -238,9 +270,39 @@ class EngineProfile(_Physical):
     runtime_memory_bytes: Cited[float] | None = None
     runtime_memory_tp_bytes: Cited[float] | None = None
     efficiency: dict[GpuFamily, EfficiencyScales] | None = None
+    kernel_releases: tuple[KernelRelease, ...] = ()
     frontend_per_request_s: Cited[float] | None = None
     frontend_fitted_per_request_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None
+
+
+def engine_scales(engine: EngineProfile, family: str | None, version: str | None = None) -> EfficiencyScales:
+    """``engine``'s efficiency scales on GPU ``family`` for a run of release ``version`` (None: its
+    current release): its ``efficiency`` block times every later ``kernel_releases`` entry's ``before``."""
+    found = (engine.efficiency or {}).get(family) if family is not None else None  # type: ignore[call-overload]
+    scales: EfficiencyScales = found or EfficiencyScales()
+    running = release_numbers(version) if version else None
+    if running is None:
+        return scales
+    for release in engine.kernel_releases:
+        since = release_numbers(release.since_version)
+        if release.gpu_family == family and since is not None and running < since:
+            scales = _scaled_by(scales, release.before, release.since_version)
+    return scales
+
+
+def _scaled_by(scales: EfficiencyScales, factors: EfficiencyScales, since: str) -> EfficiencyScales:
+    combined: dict[str, Cited[float]] = {}
+    for name in EfficiencyScales.model_fields:
+        scale, factor = getattr(scales, name), getattr(factors, name)
+        if factor is None:
+            if scale is not None:
+                combined[name] = scale
+            continue
+        base = scale.value if scale is not None else 1.0
+        source = f"{factor.value:g} before release {since}: {factor.source}"
+        combined[name] = Cited[float](value=base * factor.value, source=source)
+    return EfficiencyScales(**combined)

@@ -21,6 +21,7 @@ from pydantic import (
 from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
+from clustersim.config.profiles import release_numbers
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics
@@ -80,7 +81,9 @@ class Cluster(StrictModel):
     that parses, tokenizes and streams back, one request at a time: the engine profile's
     ``frontend_*`` costs); ``false``: through the engine's offline API, with no such cost (nor with
     ``cost: {kind: unit}``, which prices no engine). ``cuda_graphs: false``: the engine launches every
-    kernel eagerly (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``).
+    kernel eagerly (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``). ``engine_version``: the
+    engines' release (e.g. ``"0.4.2"``); kernels an engine profile gained in a later release
+    (its ``kernel_releases``) are then slower by their cited factors. Unset: each profile's current release.
     """
 
     num_replicas: PositiveInt = 1
@@ -94,6 +97,14 @@ class Cluster(StrictModel):
     groups: tuple[ReplicaGroup, ...] = ()
     frontend: bool = True
     cuda_graphs: bool = True
+    engine_version: str | None = None
+
+    @field_validator("engine_version")
+    @classmethod
+    def _release(cls, text: str | None) -> str | None:
+        if text is not None and release_numbers(text) is None:
+            raise ValueError(f"'{text}' is not a release number such as 0.4.2")
+        return text
 
     @model_validator(mode="after")
     def _groups_count(self) -> Cluster:

@@ -26,7 +26,7 @@ from typing import Any
 
 from clustersim.architecture import ModelShape
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.profiles import HardwareProfile, ModelProfile
+from clustersim.config.profiles import HardwareProfile, ModelProfile, release_numbers
 from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
 from clustersim.validation.corpus import RANGE_DATASET, CorpusRow
@@ -122,11 +122,6 @@ class RowScenario:
     assumptions: tuple[str, ...] = ()
     steady: bool = False  # measured in the run's steady state (the run is shorter than the benchmark)
     replicas_per_run: int = 0  # a shortened offline run simulates one of its identical replicas (0: all of them)
-
-
-def _version(text: str) -> tuple[int, ...] | None:
-    found = re.match(r"v?(\d+)\.(\d+)", text.strip())
-    return (int(found.group(1)), int(found.group(2))) if found else None
 
 
 _MODEL_SUFFIXES = re.compile(
@@ -293,7 +288,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     engine = ENGINES.get(row.engine)
     if engine is None:
         return skip(f"engine '{row.engine}' has no profile")
-    version = _version(row.engine_version)
+    version = release_numbers(row.engine_version)
     if version is not None and version < engine[1]:
         return skip(f"{row.engine} {row.engine_version} is older than the modelled {'.'.join(map(str, engine[1]))}")
     hardware = _lookup_hardware(row.gpu, catalogue)
@@ -328,6 +323,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         "frontend": row.load_kind in ("concurrency", "rate"),  # served over HTTP; offline runs call the engine
         "cuda_graphs": "eager" not in row.features,
     }
+    if version is not None:  # kernels the engine gained after this release run slower (kernel_releases)
+        cluster["engine_version"] = row.engine_version.strip()
     if precision is not None:
         cluster["weight_precision"] = precision
     if row.kv_precision is not None:

@@ -153,3 +153,10 @@ def test_repeated_prompts_keep_only_the_throughputs():
     assert row_scenario(latencies_only, CATALOGUE).skip_reason == (
         "its prompts repeat and it publishes only latencies, which prefix-cache hits decide"
     )
+
+
+def test_the_rows_engine_release_reaches_the_scenario():
+    assert build().mapping["cluster"]["engine_version"] == "0.10.1"
+    assert "engine_version" not in build(engine_version="").mapping["cluster"]  # unknown: the current release
+    old_rocm = build(engine="sglang", engine_version="0.4.2.post4", gpu="MI300X").mapping
+    assert old_rocm["cluster"]["engine_version"] == "0.4.2.post4"
