@@ -346,6 +346,7 @@ class GpuSpec:
     prefill_attention_compute_efficiency_frac: float | None = None
     prefill_attention_latency_s: float = 0.0
     prefill_attention_half_efficiency_tokens: float = 0.0  # 0: one efficiency at every length
+    prefill_attention_half_occupancy_tiles: float = 0.0  # 0: one efficiency however few query blocks
     memory_reported_bytes: float | None = None  # what the CUDA driver reports as total (None: memory_bytes)
     elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
     moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
@@ -400,6 +401,7 @@ class GpuSpec:
             prefill_attention_compute_efficiency_frac=opt(hardware.prefill_attention_compute_efficiency_frac, None),
             prefill_attention_latency_s=num(hardware.prefill_attention_latency_s, 0.0),
             prefill_attention_half_efficiency_tokens=num(hardware.prefill_attention_half_efficiency_tokens, 0.0),
+            prefill_attention_half_occupancy_tiles=num(hardware.prefill_attention_half_occupancy_tiles, 0.0),
             memory_reported_bytes=opt(hardware.memory_reported_bytes, None),
             engine=engine_spec,
         )

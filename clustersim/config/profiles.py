@@ -92,6 +92,7 @@ class HardwareProfile(_Physical):
     prefill_attention_compute_efficiency_frac: Cited[float] | None = None
     prefill_attention_latency_s: Cited[float] | None = None
     prefill_attention_half_efficiency_tokens: Cited[float] | None = None
+    prefill_attention_half_occupancy_tiles: Cited[float] | None = None
 
 
 class ModelProfile(_Physical):

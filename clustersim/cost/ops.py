@@ -76,12 +76,15 @@ class Work:
 
     ``flops_per_key``: for prefill attention, each chunk's FLOPs divided by the keys it spans
     (prior context + its own tokens), summed: what a key-length-dependent efficiency needs.
+    ``query_tiles``: for prefill attention, the kernel's blocks of query rows over every head and chunk
+    (its parallel work items): what an occupancy-dependent efficiency needs.
     """
 
     flops: float
     bytes: float
     num_kernels: int
     flops_per_key: float = 0.0
+    query_tiles: float = 0.0
 
 
 def moe_experts_work(num_tokens: int, model: ModelShape, tensor_parallel: int) -> Work:
@@ -176,6 +179,12 @@ def decode_attention_work(num_seqs: int, context_tokens: float, model: ModelShap
     return Work(flops, kv_bytes + qo_bytes, 1)
 
 
+# FlashAttention-2's and -3's forward kernels give each thread block 128 query rows of one head at head dim 128
+# (FA2 csrc/flash_attn/src/flash_fwd_launch_template.h, run_mha_fwd_hdim128: Flash_fwd_kernel_traits<128, 128,
+# ...>; FA3 hopper/tile_size.h: kBlockM 128 for hdim 128): a chunk of n tokens is ceil(n / 128) blocks per head
+PREFILL_QUERY_TILE_TOKENS = 128
+
+
 def prefill_attention_work(
     new_tokens: tuple[int, ...], context_tokens: tuple[int, ...], model: ModelShape, tensor_parallel: int
 ) -> Work:
@@ -201,9 +210,11 @@ def prefill_attention_work(
     flops = 0.0
     num_bytes = 0.0
     per_key = 0.0
+    tiles = 0.0
     for n, p in zip(new_tokens, context_tokens, strict=True):
         chunk = pair_flops * n * (p + (n + 1) / 2.0)
         flops += chunk
         per_key += chunk / (p + n)
         num_bytes += (p + n) * kv_per_token + n * qo_per_token
-    return Work(flops, num_bytes, 1, per_key)
+        tiles += heads * -(-n // PREFILL_QUERY_TILE_TOKENS)
+    return Work(flops, num_bytes, 1, per_key, tiles)

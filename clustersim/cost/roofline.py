@@ -175,9 +175,15 @@ def prefill_attention_layer_time(work: Work, gpu: GpuSpec) -> _Timed:
     """One layer of prefill attention. With ``prefill_attention_half_efficiency_tokens`` = h, a chunk
     spanning L keys runs at ``frac x L / (L + h)`` of peak (FlashAttention's forward speed rises with
     sequence length towards a plateau, FA2 and FA3 papers' benchmark figures): its time is
-    ``flops x (L + h) / L`` at the plateau rate, i.e. ``flops + h x flops_per_key`` in total."""
+    ``flops x (L + h) / L`` at the plateau rate, i.e. ``flops + h x flops_per_key`` in total. With
+    ``prefill_attention_half_occupancy_tiles`` = t, a kernel of T query blocks (all heads and chunks) runs at
+    ``T / (T + t)`` of that: too few blocks leave multiprocessors idle (timed on H100 and H200 in
+    ``validation/kernels``: a 256-token chunk on 8 heads over 32k keys reaches a third of the plateau)."""
     flops = work.flops + gpu.prefill_attention_half_efficiency_tokens * work.flops_per_key
     compute_s = flops / _attention_compute_flops_per_s(gpu)
+    half = gpu.prefill_attention_half_occupancy_tiles
+    if half > 0.0 and work.query_tiles > 0.0:
+        compute_s *= (work.query_tiles + half) / work.query_tiles
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
     return _Timed(
         work.flops, work.bytes, gpu.prefill_attention_latency_s + max(compute_s, memory_s), compute_s, memory_s

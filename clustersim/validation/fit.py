@@ -88,27 +88,32 @@ def fit_elementwise(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
 
 
 def fit_prefill_attention(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
-    """Attention compute efficiency (plateau), the key length at half of it, and per-kernel latency.
+    """Attention compute efficiency (plateau), the key length at half of it, the query blocks at half of it,
+    and per-kernel latency.
 
     The model is :func:`clustersim.cost.roofline.prefill_attention_layer_time`'s:
-    ``latency + max((flops + h x flops_per_key) / (peak x frac), memory)``.
+    ``latency + max((flops + h x flops_per_key) / (peak x frac) x (T + t) / T, memory)``.
     """
     flops = np.array([s.work.flops if s.work else 0.0 for s in samples])
     per_key = np.array([s.work.flops_per_key if s.work else 0.0 for s in samples])
+    tiles = np.array([s.work.query_tiles if s.work else 0.0 for s in samples])
     num_bytes = np.array([s.work.bytes if s.work else 0.0 for s in samples])
     measured = np.array([s.measured_s for s in samples])
     memory = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
+    occupied = tiles > 0
 
     def model(x: Array) -> Array:
         compute = (flops + x[2] * per_key) / (gpu.peak_flops_per_s * x[0])
-        return np.asarray(x[1] * US + np.maximum(compute, memory), dtype=float)
+        slow = np.where(occupied, (tiles + x[3]) / np.where(occupied, tiles, 1.0), 1.0)
+        return np.asarray(x[1] * US + np.maximum(compute * slow, memory), dtype=float)
 
-    start = [0.5, 10.0, gpu.prefill_attention_half_efficiency_tokens]
-    x, mape = _solve(model, measured, start, [0.05, 0.0, 0.0], [1.0, 200.0, 8192.0])
+    start = [0.5, 10.0, gpu.prefill_attention_half_efficiency_tokens, 10.0]
+    x, mape = _solve(model, measured, start, [0.05, 0.0, 0.0, 0.0], [1.0, 200.0, 8192.0, 5000.0])
     values = {
         "prefill_attention_compute_efficiency_frac": float(x[0]),
         "prefill_attention_latency_s": float(x[1]) * US,
         "prefill_attention_half_efficiency_tokens": float(x[2]),
+        "prefill_attention_half_occupancy_tiles": float(x[3]),
     }
     return FitResult(values, mape, len(samples))
 

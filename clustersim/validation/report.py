@@ -126,6 +126,7 @@ _FIT_GROUP = {
     "prefill_attention_compute_efficiency_frac": "attention_prefill",
     "prefill_attention_latency_s": "attention_prefill",
     "prefill_attention_half_efficiency_tokens": "attention_prefill",
+    "prefill_attention_half_occupancy_tiles": "attention_prefill",
     "decode_attention_memory_efficiency_frac": "attention_decode",
     "decode_attention_latency_s": "attention_decode",
     "decode_attention_half_occupancy_seqs": "attention_decode",

@@ -117,6 +117,20 @@ def test_prefill_attention_efficiency_rises_with_the_keys_a_chunk_spans():
     assert curved.op("attention_prefill").time_s == pytest.approx((2 * long_chunk + 6 * short_chunk) / compute_rate)
 
 
+def test_prefill_attention_slows_with_few_query_blocks():
+    # 2 heads; chunks of 4 and 2 tokens are one 128-row block per head each: 4 blocks in the kernel; with
+    # t = 4 blocks at half speed the compute time doubles, and a thousand-token chunk (16 blocks) is 1.25x
+    batch = StepBatch(prefill_new_tokens=(4, 2), prefill_context_tokens=(6, 0))
+    fast_memory = replace(GPU, hbm_bandwidth_bytes_per_s=1e12)
+    flat = price_step(batch, TOY, fast_memory, 1).op("attention_prefill")
+    slowed = price_step(batch, TOY, replace(fast_memory, prefill_attention_half_occupancy_tiles=4.0), 1)
+    assert slowed.op("attention_prefill").time_s == pytest.approx(2 * flat.time_s)
+    long_batch = StepBatch(prefill_new_tokens=(1000,), prefill_context_tokens=(0,))
+    long_flat = price_step(long_batch, TOY, fast_memory, 1).op("attention_prefill")
+    long_slowed = price_step(long_batch, TOY, replace(fast_memory, prefill_attention_half_occupancy_tiles=4.0), 1)
+    assert long_slowed.op("attention_prefill").time_s == pytest.approx(1.25 * long_flat.time_s)
+
+
 def test_tensor_parallel_all_reduce_by_hand():
     # one token of 8 x 2 bytes; ring factor 2(2-1)/2 = 1; latency 1 s + 16 B / 10 B/s
     assert all_reduce_time_s(16, 2, GPU) == pytest.approx(2.6)
