@@ -231,9 +231,16 @@ def test_a_kernel_release_and_a_scenarios_engine_version_must_be_release_numbers
         KernelRelease(gpu_family="cdna3", since_version="latest", before=EfficiencyScales())
     mapping = {
         "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "engine_version": "nightly"},
-        "workload": {"tenants": [{"name": "t", "arrival": {"kind": "poisson", "rate_per_s": 1.0},
-                                  "prompt_tokens": {"kind": "fixed", "tokens": 100},
-                                  "output_tokens": {"kind": "fixed", "tokens": 10}}]},
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                    "prompt_tokens": {"kind": "fixed", "tokens": 100},
+                    "output_tokens": {"kind": "fixed", "tokens": 10},
+                }
+            ]
+        },
         "stop": {"max_requests": 10},
     }
     with pytest.raises(ConfigError, match="cluster.engine_version.*not a release number"):

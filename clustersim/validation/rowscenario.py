@@ -56,7 +56,9 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
 @dataclass(frozen=True)
 class LengthShape:
     """A dataset's length distribution at the row's mean lengths: ``lognormal`` with these sigmas (the
-    median set so the mean is the row's), or ``uniform`` from 1 to twice the mean."""
+    median set so the mean is the row's), ``uniform`` from 1 to twice the mean, or ``values``: prompts
+    drawn from the dataset's own lengths (``prompt_values``, one entry per prompt) and outputs of the
+    row's length."""
 
     kind: str
     prompt_sigma: float
@@ -64,6 +66,7 @@ class LengthShape:
     max_prompt_tokens: int
     max_output_tokens: int
     source: str
+    prompt_values: tuple[int, ...] = ()
 
 
 DATASET_SHAPES: dict[str, LengthShape] = {
@@ -84,6 +87,17 @@ DATASET_SHAPES: dict[str, LengthShape] = {
         1024,
         "MLPerf llama2-70b OpenOrca prompts: lognormal sigma 0.65 below 1,024 tokens, fitted to a sample of the "
         "dataset's per-sample lengths (scenarios/published/mlperf41_*); outputs assumed the same shape",
+    ),
+    "kvwarden-mixed": LengthShape(
+        "values",
+        0.0,
+        0.0,
+        0,
+        0,
+        "coconut-labs/kvwarden's mixed workload: its per-request results (results/results_vllm_*_20260416_*/"
+        "benchmarks/mixed/vllm_c*_run1.csv, tokens_in) hold 78 prompts of 785 tokens, 62 of 3,089, 34 of "
+        "6,161 and 26 of 12,305 (mean 3,911)",
+        (785,) * 78 + (3089,) * 62 + (6161,) * 34 + (12305,) * 26,
     ),
     "random-uniform": LengthShape(
         "uniform",
@@ -203,6 +217,14 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
         }
         return fixed, None, None
     shape = DATASET_SHAPES.get(row.dataset, GENERIC_SHAPE)
+
+    if shape.kind == "values":
+        drawn_prompts = {"kind": "empirical", "values": list(shape.prompt_values)}
+        return (
+            {"prompt_tokens": drawn_prompts, "output_tokens": {"kind": "fixed", "tokens": output}},
+            (f"{row.dataset} lengths: {shape.source}"),
+            None,
+        )
 
     def drawn(mean: int, sigma: float, cap: int) -> dict[str, Any]:
         if shape.kind == "uniform":

@@ -160,3 +160,13 @@ def test_the_rows_engine_release_reaches_the_scenario():
     assert "engine_version" not in build(engine_version="").mapping["cluster"]  # unknown: the current release
     old_rocm = build(engine="sglang", engine_version="0.4.2.post4", gpu="MI300X").mapping
     assert old_rocm["cluster"]["engine_version"] == "0.4.2.post4"
+
+
+def test_a_dataset_of_published_prompt_lengths_draws_from_them():
+    built = build(dataset="kvwarden-mixed", prompt_tokens=3911, output_tokens=512)
+    tenant = built.mapping["workload"]["tenants"][0]
+    values = tenant["prompt_tokens"]["values"]
+    assert tenant["prompt_tokens"]["kind"] == "empirical" and sorted(set(values)) == [785, 3089, 6161, 12305]
+    assert sum(values) / len(values) == pytest.approx(3911, abs=1)  # the row's mean
+    assert tenant["output_tokens"] == {"kind": "fixed", "tokens": 512}
+    assert any("kvwarden" in a for a in built.assumptions)
