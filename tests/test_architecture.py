@@ -243,5 +243,5 @@ def test_a_kernel_release_and_a_scenarios_engine_version_must_be_release_numbers
         },
         "stop": {"max_requests": 10},
     }
-    with pytest.raises(ConfigError, match="cluster.engine_version.*not a release number"):
+    with pytest.raises(ConfigError, match=r"cluster\.engine_version.*not a release number"):
         scenario_from_mapping(mapping, "s.yaml")
