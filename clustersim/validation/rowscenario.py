@@ -144,8 +144,10 @@ _MODEL_SUFFIXES = re.compile(
 )
 # models with another's shapes (the weights differ, the cost does not): Llama 3.3 70B is 3.1's architecture
 # (its config.json differs only in rope scaling); Qwen2-7B has Qwen2.5-7B's (hidden 3584, 28 layers, 28/4 heads,
-# FFN 18944, vocab 152064: both config.json files)
+# FFN 18944, vocab 152064: both config.json files); DeepSeek-V3.1 is V3's ("The model structure of DeepSeek-V3.1
+# is the same as DeepSeek-V3", its model card, huggingface.co/deepseek-ai/DeepSeek-V3.1: 671B total, 37B activated)
 MODEL_SAME_ARCHITECTURE = {
+    "deepseek-v3.1": "DeepSeek-V3",
     "llama-3.3-70b": "Llama-3.1-70B",
     "llama-3-8b": "Llama-3.1-8B",
     "llama-3-70b": "Llama-3.1-70B",
