@@ -33,6 +33,8 @@ def with_interval(mean: Any, low: Any, high: Any, scale: float) -> str:
         return "-"
     text = number(mean * scale)
     if low is not None and high is not None and not math.isnan(low) and not math.isnan(high):
+        if "e" not in text and abs(mean * scale) < 10:  # keep the third significant digit (0.400, not 0.4)
+            text = f"{mean * scale:#.3g}".rstrip(".")
         decimals = len(text.partition(".")[2]) if "e" not in text else 3
         text += f" ± {(high - low) / 2 * scale:.{decimals}f}"
     return text

@@ -54,3 +54,13 @@ def test_a_bad_value_is_still_each_points_own_failure(tmp_path: Path) -> None:
     result = run_sweep(load_sweep(tmp_path / "sweep.yaml"), tmp_path / "tiny.yaml", tmp_path / "out", jobs=1)
     assert [row["status"] for row in result.rows] == ["ok", "failed"]
     assert "max_num_seqs" in result.rows[1]["error"]
+
+
+def test_an_interval_keeps_the_means_significant_digits():
+    from clustersim.sweeps.printout import with_interval
+
+    assert with_interval(0.4, 0.375, 0.425, 1.0) == "0.400 ± 0.025"  # not "0.4 ± 0.0"
+    assert with_interval(0.264, 0.247, 0.281, 1.0) == "0.264 ± 0.017"
+    assert with_interval(0.0384, 0.0374, 0.0394, 1e3) == "38.40 ± 1.00"
+    assert with_interval(1.5, None, None, 1.0) == "1.5"  # no interval: as before
+    assert with_interval(float("nan"), 0.0, 1.0, 1.0) == "-"
