@@ -82,14 +82,17 @@ KNOWN_GAPS: dict[str, tuple[float, str]] = {
     "mlperf41_mi300x1_off": (75.0, "MI300X reuses H100-fitted kernel fractions; its 2024 ROCm FP8 stack got far less"),
     "mlperf41_mi300x8_off": (75.0, "as mlperf41_mi300x1_off"),
     "mlperf41_h100nvlx4_off": (35.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
-    "mlperf40_h100x2_off": (
-        20.0,
-        "MLPerf v4.0's TensorRT-LLM did 10.7% less per H100 than v4.1's on the same model; profiles fit today's",
+    "mlperf41_h200x1_srv": (
+        22.0,
+        "a 1000 W custom-cooled H200 (CTS), 15% more per GPU than the round's 700 W H200, whose profile this is",
     ),
     "trtllm061_a100_l7b_tput": (
         28.0,
         "no corpus row has TensorRT-LLM on Ampere: its scales there are its engine factor times Ampere's family factor",
     ),
+    "trtllm061_a100_l70b_tput": (21.0, "as trtllm061_a100_l7b_tput"),
+    "trtllm061_a100_l7b_ttft2048": (21.0, "as trtllm061_a100_l7b_tput"),
+    "trtllm061_a100_l70b_ttft2048": (24.0, "as trtllm061_a100_l7b_tput"),
 }
 
 
