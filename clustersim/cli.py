@@ -29,7 +29,7 @@ from clustersim.cli_validate import validate_command
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
-from clustersim.config.profiles import release_numbers
+from clustersim.config.profiles import checked_release
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
@@ -288,8 +288,10 @@ def step(
 ) -> None:
     """Price one step with the roofline model and print its breakdown per op group."""
     catalogue = Catalogue.builtin()
-    if engine_version is not None and release_numbers(engine_version) is None:
-        fail(f"--engine-version: '{engine_version}' is not a release number such as 0.4.2")
+    try:
+        engine_version = None if engine_version is None else checked_release(engine_version)
+    except ValueError as exc:
+        fail(f"--engine-version: {exc}")
         return
     try:
         gpu = GpuSpec.from_profiles(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import SHARED
+from conftest import SCENARIOS, SHARED
 
 from clustersim.architecture import GpuSpec, ModelShape, blocks_for_tokens, engine_kv_memory, kv_capacity_blocks
 from clustersim.config.catalogue import Catalogue
@@ -223,25 +223,11 @@ def test_an_older_release_runs_without_the_kernels_later_ones_gained():
 def test_a_kernel_release_and_a_scenarios_engine_version_must_be_release_numbers():
     from pydantic import ValidationError
 
-    from clustersim.config.loader import scenario_from_mapping
+    from clustersim.config.loader import load_scenario
     from clustersim.config.profiles import EfficiencyScales, KernelRelease
     from clustersim.errors import ConfigError
 
     with pytest.raises(ValidationError, match="not a release number"):
         KernelRelease(gpu_family="cdna3", since_version="latest", before=EfficiencyScales())
-    mapping = {
-        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "engine_version": "nightly"},
-        "workload": {
-            "tenants": [
-                {
-                    "name": "t",
-                    "arrival": {"kind": "poisson", "rate_per_s": 1.0},
-                    "prompt_tokens": {"kind": "fixed", "tokens": 100},
-                    "output_tokens": {"kind": "fixed", "tokens": 10},
-                }
-            ]
-        },
-        "stop": {"max_requests": 10},
-    }
     with pytest.raises(ConfigError, match=r"cluster\.engine_version.*not a release number"):
-        scenario_from_mapping(mapping, "s.yaml")
+        load_scenario(SCENARIOS / "default.yaml", ["cluster.engine_version=nightly"])

@@ -173,6 +173,13 @@ def release_numbers(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in found.groups() if part is not None) if found else None
 
 
+def checked_release(text: str) -> str:
+    """``text`` if it is a release number, else ValueError saying so."""
+    if release_numbers(text) is None:
+        raise ValueError(f"'{text}' is not a release number such as 0.4.2")
+    return text
+
+
 class KernelRelease(StrictModel):
     """Kernels an engine gained on one GPU family in one release.
 
@@ -189,9 +196,7 @@ class KernelRelease(StrictModel):
     @field_validator("since_version")
     @classmethod
     def _release(cls, text: str) -> str:
-        if release_numbers(text) is None:
-            raise ValueError(f"'{text}' is not a release number such as 0.4.7")
-        return text
+        return checked_release(text)
 
 
 class EngineSchedulerDefaults(StrictModel):

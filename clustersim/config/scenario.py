@@ -21,7 +21,7 @@ from pydantic import (
 from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
-from clustersim.config.profiles import release_numbers
+from clustersim.config.profiles import checked_release
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics
@@ -102,9 +102,7 @@ class Cluster(StrictModel):
     @field_validator("engine_version")
     @classmethod
     def _release(cls, text: str | None) -> str | None:
-        if text is not None and release_numbers(text) is None:
-            raise ValueError(f"'{text}' is not a release number such as 0.4.2")
-        return text
+        return None if text is None else checked_release(text)
 
     @model_validator(mode="after")
     def _groups_count(self) -> Cluster:
