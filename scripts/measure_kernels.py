@@ -135,14 +135,15 @@ class Timer:
 
 
 class Recorder:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, fields: tuple[str, ...] = FIELDS) -> None:
         self.handle = path.open("w", newline="")
-        self.writer = csv.DictWriter(self.handle, fieldnames=FIELDS)
+        self.fields = fields
+        self.writer = csv.DictWriter(self.handle, fieldnames=fields)
         self.writer.writeheader()
         self.count = 0
 
     def row(self, **values) -> None:
-        self.writer.writerow({k: values.get(k, "") for k in FIELDS})
+        self.writer.writerow({k: values.get(k, "") for k in self.fields})
         self.handle.flush()
         self.count += 1
 
