@@ -10,17 +10,30 @@ from matplotlib.figure import Figure
 
 from clustersim.analysis.style import annotate_empty, colors, new_figure, save, theme
 
-GROUPS = ("linear", "linear_fp8", "attention_decode", "attention_prefill", "all_reduce", "elementwise")
+GROUPS = (
+    "linear",
+    "linear_fp8",
+    "elementwise",
+    "attention_decode",
+    "attention_prefill",
+    "all_reduce",
+    "elementwise_fused",
+    "moe",
+    "step",
+)
+COLUMNS = 3
 
 
 def plot_cost_validation(scored_parquet: Path) -> Figure:
-    """One log-log panel per op group: held-out measured vs predicted times (us), one colour per GPU."""
+    """One log-log panel per op group: held-out measured vs predicted times (us), one colour per GPU
+    (every row of the scored-only groups: fused element-wise kernels, MoE layers, whole steps)."""
     frame = pq.read_table(scored_parquet).to_pandas()
     frame = frame[frame["held_out"]]
     gpus = sorted(frame["gpu"].unique())
     palette = dict(zip(gpus, colors(len(gpus)), strict=True))
-    figure = new_figure(3.2 * len(GROUPS), 3.4)
-    axes = figure.subplots(1, len(GROUPS))
+    rows_of_panels = -(-len(GROUPS) // COLUMNS)
+    figure = new_figure(3.4 * COLUMNS, 3.2 * rows_of_panels)
+    axes = figure.subplots(rows_of_panels, COLUMNS).flatten()
     for ax, group in zip(axes, GROUPS, strict=True):
         rows = frame[frame["op_group"] == group]
         ax.set_title(group)
@@ -41,8 +54,8 @@ def plot_cost_validation(scored_parquet: Path) -> Figure:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("measured (us)")
+        ax.set_ylabel("predicted (us)")
         ax.legend(loc="upper left", fontsize="x-small", markerscale=3)
-    axes[0].set_ylabel("predicted (us)")
     return figure
 
 

@@ -123,7 +123,7 @@ def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
     return _Timed(flops, num_bytes, time_s, compute_s, memory_s)
 
 
-def _grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
+def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched, at the
     engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs')."""
     scale = gpu.moe_efficiency_scale
@@ -272,7 +272,7 @@ def price_step(
         ops.append(linear)
         if model.is_moe:
             moe_parts = [gemm_time(g, model, gpu) for g in moe_dense_gemms(tokens, model, tp)]
-            moe_parts.append(_grouped_time(moe_experts_work(tokens, model, tp), model, gpu))
+            moe_parts.append(grouped_time(moe_experts_work(tokens, model, tp), model, gpu))
             ops.append(_kernels("moe", moe_parts, model.num_moe_layers))
         elementwise = [
             _kernels(
@@ -324,6 +324,15 @@ def price_step(
         host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s + moe_launch_s - gpu_s)
     ops.append(OpCost("overhead", 0.0, 0.0, host_s, "fixed"))
     return StepCost(sum(op.time_s for op in ops), tuple(ops))
+
+
+KERNEL_GROUPS = ("linear", "moe", "elementwise", "attention_prefill", "attention_decode")
+
+
+def kernel_time_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec, tensor_parallel: int) -> float:
+    """The time of a step's layer kernels alone (:data:`KERNEL_GROUPS`): no embedding, LM head,
+    collectives or host time, what a measured forward pass through the layers times."""
+    return sum(op.time_s for op in price_step(batch, model, gpu, tensor_parallel).ops if op.name in KERNEL_GROUPS)
 
 
 def overlapped_s(gpu_s: float, host_s: float, overlap_frac: float) -> float:

@@ -20,6 +20,7 @@ from clustersim.architecture import BYTES_PER_ELEMENT, GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import EngineProfile
 from clustersim.config.scenario import Precision
+from clustersim.cost.base import StepBatch
 from clustersim.cost.ops import (
     Gemm,
     Work,
@@ -33,11 +34,23 @@ from clustersim.cost.roofline import (
     all_reduce_time_s,
     decode_attention_layer_time,
     gemm_time,
+    grouped_time,
+    kernel_time_s,
     prefill_attention_layer_time,
 )
 from clustersim.errors import ConfigError
 
-Group = Literal["linear", "linear_fp8", "elementwise", "attention_decode", "attention_prefill", "all_reduce"]
+Group = Literal[
+    "linear",
+    "linear_fp8",
+    "elementwise",
+    "attention_decode",
+    "attention_prefill",
+    "all_reduce",
+    "elementwise_fused",
+    "moe",
+    "step",
+]
 GROUPS: tuple[Group, ...] = (
     "linear",
     "linear_fp8",
@@ -45,7 +58,12 @@ GROUPS: tuple[Group, ...] = (
     "attention_decode",
     "attention_prefill",
     "all_reduce",
+    "elementwise_fused",
+    "moe",
+    "step",
 )
+# groups no fit uses: every sample is scored (scripts/measure_layer_kernels.py's tables)
+SCORED_ONLY: frozenset[str] = frozenset({"elementwise_fused", "moe", "step"})
 MAX_TOKENS = 4096
 MEASURED_PREFIX = "validation/kernels/"
 MEASURED_HEAD_DIM = 128  # scripts/measure_kernels.py times head dim 128 only
@@ -88,6 +106,7 @@ class KernelSample:
     message_bytes: float = 0.0
     gemm_times_s: tuple[float, ...] = ()
     source: str = ""
+    batch: StepBatch | None = None
 
     def predict_s(self, gpu: GpuSpec) -> float:
         """The cost model's time for this sample on ``gpu`` (the same functions a step is priced with)."""
@@ -96,8 +115,14 @@ class KernelSample:
             return sum(gemm_time(g, self.model, gpu).time_s for g in self.gemms)
         if self.group == "all_reduce":
             return all_reduce_time_s(self.message_bytes, self.tensor_parallel, gpu)
+        if self.group == "step":
+            assert self.model is not None and self.batch is not None
+            return kernel_time_s(self.batch, self.model, gpu, self.tensor_parallel)
         assert self.work is not None
-        if self.group == "elementwise":
+        if self.group == "moe":
+            assert self.model is not None
+            return grouped_time(self.work, self.model, gpu).time_s
+        if self.group in ("elementwise", "elementwise_fused"):
             memory_s = self.work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac)
             return self.work.num_kernels * gpu.elementwise_kernel_latency_s + memory_s
         if self.group == "attention_decode":
@@ -348,6 +373,12 @@ def load_samples(profiles_dir: Path, kernels_dir: Path | None = None) -> list[Ke
             )
         for path in tables:
             samples.extend(measured_samples(path))
+        layers = kernels_dir / "layers"
+        if layers.is_dir():
+            from clustersim.validation.layerkernels import layer_samples
+
+            for path in sorted(layers.glob("*.csv")):
+                samples.extend(layer_samples(path))
     if not samples:
         raise ConfigError(
             str(profiles_dir), "", "holds no vidur_*_mlp.csv, *_attention_*.csv or *_all_reduce.csv files"
@@ -364,12 +395,17 @@ def files_by_gpu_and_group(samples: Iterable[KernelSample]) -> dict[tuple[str, s
 
 
 def held_out(samples: Iterable[KernelSample], seed: int = SPLIT_SEED) -> dict[tuple[str, str, tuple[float, ...]], bool]:
-    """Which (gpu, group, key) shapes are held out: a seeded random half of each group's distinct keys."""
+    """Which (gpu, group, key) shapes are held out: a seeded random half of each group's distinct keys
+    (every key of a group in :data:`SCORED_ONLY`, which no fit uses; such groups draw nothing from the
+    seeded stream, so they leave the other groups' halves as they were)."""
     keys: dict[tuple[str, str], dict[tuple[float, ...], None]] = {}
-    for sample in samples:
-        keys.setdefault((sample.gpu, sample.group), {})[sample.key] = None
-    rng = np.random.default_rng(seed)
     out: dict[tuple[str, str, tuple[float, ...]], bool] = {}
+    for sample in samples:
+        if sample.group in SCORED_ONLY:
+            out[(sample.gpu, sample.group, sample.key)] = True
+        else:
+            keys.setdefault((sample.gpu, sample.group), {})[sample.key] = None
+    rng = np.random.default_rng(seed)
     for (gpu, group), unique in sorted(keys.items()):
         group_keys = list(unique)
         order = rng.permutation(len(group_keys))

@@ -240,7 +240,7 @@ def format_mape_table(rows: Sequence[ErrorRow], targets: Mapping[str, float]) ->
         target = targets.get(row.group)
         mark = "" if target is None else (" ok" if row.mape_pct <= target else " MISSED")
         target_text = "-" if target is None else f"{target:.0f}"
-        source = row.source.rsplit("/", 1)[-1]
+        source = row.source.rsplit("profiles/", 1)[-1].removeprefix(MEASURED_PREFIX)
         lines.append(
             f"{row.gpu:<11}{row.group:<19}{source:<42}{row.num_samples:>8}{row.mape_pct:>9.1f}{row.p90_ape_pct:>8.1f}"
             f"{target_text:>10}{mark}"
