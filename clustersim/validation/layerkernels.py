@@ -37,9 +37,11 @@ def _frame(path: Path) -> pd.DataFrame:
 
 
 def _model(catalogue: Catalogue, name: str, precision: str, path: Path) -> ModelShape:
-    if precision not in ("bf16", "fp8"):
-        raise ConfigError(str(path), "note", f"{precision!r} is not a weight precision (bf16 or fp8)")
-    return ModelShape.from_profile(catalogue.model(name, source=str(path)), weight_precision=precision)
+    if precision == "bf16":
+        return ModelShape.from_profile(catalogue.model(name, source=str(path)), weight_precision="bf16")
+    if precision == "fp8":
+        return ModelShape.from_profile(catalogue.model(name, source=str(path)), weight_precision="fp8")
+    raise ConfigError(str(path), "note", f"{precision!r} is not a weight precision (bf16 or fp8)")
 
 
 def _elementwise(gpu: str, frame: pd.DataFrame, source: str) -> list[KernelSample]:
@@ -71,7 +73,7 @@ def _moe(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, path:
             KernelSample(
                 gpu,
                 "moe",
-                (float(model.num_experts), float(tp), float(tokens)),
+                (float(model.num_experts), float(model.hidden_size), float(tp), float(tokens)),
                 float(pair["median_s"].sum()),
                 int(tokens),
                 int(tp),
