@@ -22,24 +22,26 @@ L2 cache, so each launch reads HBM). Sections:
   engines replay decode steps) and launched eagerly behind a held stream.
 * ``layer``: whole decode and prefill steps of every layer of a model (Llama-3.1-8B on one GPU, Llama-3.1-70B's
   per-GPU shard at TP8 without its all-reduces) captured in one CUDA graph and replayed: add+RMSNorm,
-  QKV GEMM, rotary, KV-cache write, attention (PyTorch's FlashAttention over a contiguous cache),
-  output GEMM, add+RMSNorm, gate/up GEMM, SiLU-and-multiply, down GEMM; no embedding, LM head or
-  sampling. Every layer has its own weights and cache, so each step reads them from HBM.
+  QKV GEMM, rotary, KV-cache write, attention (PyTorch's cuDNN and FlashAttention-2 kernels, each in
+  turn, over a contiguous cache), output GEMM, add+RMSNorm, gate/up GEMM, SiLU-and-multiply, down
+  GEMM; no embedding, LM head or sampling. Every layer has its own weights and cache, so each step reads them from HBM.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
 import sys
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure_kernels import L2_MULTIPLE, Recorder, Timer, _environment  # noqa: E402
+from measure_kernels import L2_MULTIPLE, Recorder, Timer, _environment
 
 TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384)
 MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
@@ -57,6 +59,9 @@ LAYER_MODELS = (("llama-3.1-8b", 1), ("llama-3.1-70b", 8))
 LAYER_CASES = ((1, 1024), (8, 1024), (32, 1024), (64, 1024), (128, 1024), (256, 1024), (1, 8192), (32, 4096))
 PREFILL_TOKENS = (512, 2048, 8192)
 FLOOR_LAUNCHES = 2000
+# attention inside the timed steps: cuDNN's fused kernel (on Hopper the closest of PyTorch's to the
+# FlashAttention-3 engines run: ~1.9x FlashAttention-2's prefill speed) and FlashAttention-2
+STEP_ATTENTION = ("cudnn", "flash")
 LAYER_FIELDS = (
     "kernel",
     "backend",
@@ -192,7 +197,8 @@ def _rotating(torch, make, one_bytes: float, l2: float, limit: int = 512) -> lis
 def _check_ops(torch, ops: Ops) -> dict:
     """Each Triton kernel against the same math in float32 on random inputs: relative error."""
     bf16, dev = torch.bfloat16, "cuda"
-    x, r, w = torch.randn(7, 4096, device=dev, dtype=bf16), torch.randn(7, 4096, device=dev, dtype=bf16), torch.rand(4096, device=dev, dtype=bf16)  # fmt: skip
+    x, r = _bf16(torch, 7, 4096), _bf16(torch, 7, 4096)
+    w = torch.rand(4096, device=dev, dtype=bf16)
     s = x.float() + r.float()
     ref = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
     out = torch.empty_like(x)
@@ -215,52 +221,68 @@ def _check_ops(torch, ops: Ops) -> dict:
     return errors
 
 
+def _bf16(torch, *shape):
+    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16)
+
+
+def _bf16_tuple(torch, shapes):
+    return tuple(_bf16(torch, *shape) for shape in shapes)
+
+
+def _time_add_rmsnorm(torch, ops, rec, timer, l2, tokens: int, hidden: int, base: dict) -> None:
+    num_bytes = 4 * tokens * 2 * hidden  # read input and residual, write both
+    xs = _rotating(torch, partial(_bf16_tuple, torch, ((tokens, hidden),) * 3), num_bytes, l2)
+    weight = torch.rand(hidden, device="cuda", dtype=torch.bfloat16)
+
+    def fn(i: int) -> None:
+        x, res, out = xs[i % len(xs)]
+        ops.add_rmsnorm(x, res, weight, out)
+
+    _time(rec, timer, fn, kernel="ew_add_rmsnorm", m_tokens=tokens, width=hidden, bytes=num_bytes + 2 * hidden, **base)
+
+
+def _time_silu_mul(torch, ops, rec, timer, l2, rows: int, width: int, base: dict) -> None:
+    num_bytes = 6 * rows * width  # read gate and up, write their product
+    acts = _rotating(torch, partial(_bf16_tuple, torch, ((rows, 2 * width), (rows, width))), num_bytes, l2)
+
+    def fn(i: int) -> None:
+        ops.silu_mul(*acts[i % len(acts)])
+
+    _time(rec, timer, fn, kernel="ew_silu_mul", m_tokens=rows, width=width, bytes=num_bytes, **base)
+
+
+def _time_rope(torch, ops, rec, timer, l2, tokens: int, heads: tuple[int, int], rope_dim: int, base: dict) -> None:
+    n_q, n_k = heads
+    q_width, k_width = n_q * rope_dim, n_k * rope_dim
+    num_bytes = 4 * tokens * (q_width + k_width)  # read and write the query and key heads in place
+    qk = _rotating(torch, partial(_bf16, torch, tokens, q_width + k_width), num_bytes // 2, l2)
+    cos_sin = _bf16(torch, 32768, rope_dim)
+    pos = torch.randint(0, 32768, (tokens,), device="cuda")
+
+    def fn(i: int) -> None:
+        t = qk[i % len(qk)]
+        ops.rope(t[:, :q_width], t[:, q_width:], cos_sin, pos, n_q, n_k, rope_dim)
+
+    _time(rec, timer, fn, kernel="ew_rope", m_tokens=tokens, width=q_width + k_width, q_heads=n_q, kv_heads=n_k,
+          bytes=num_bytes + 2 * tokens * rope_dim, **base)  # fmt: skip
+
+
 def measure_elementwise(torch, ops, rec, timer, shapes, l2, deadline) -> None:
-    bf16 = torch.bfloat16
     for name, tp in ELEMENTWISE_MODELS:
         s = shapes[name]
-        hidden, head_dim = s["hidden"], s["head_dim"]
-        n_q, n_k = max(1, s["q_heads"] // tp), max(1, s["kv_heads"] // tp)
         moe = s["experts"] > 0
         width = (s["moe_intermediate"] if moe else s["intermediate"]) // tp
         copies = s["top_k"] + s["shared_experts"] if moe else 1
-        rope_dim = s["mla_rope_dim"] or head_dim
-        if s["mla_rope_dim"]:  # MLA: rotary on each head's rope part and the one shared rope key
-            n_k = 1
+        rope_dim = s["mla_rope_dim"] or s["head_dim"]
+        # MLA: rotary on each query head's rope part and on the one shared rope key
+        heads = (max(1, s["q_heads"] // tp), 1 if s["mla_rope_dim"] else max(1, s["kv_heads"] // tp))
         base = {"backend": "triton", "model": name, "tensor_parallel": tp, "head_dim": rope_dim}
         for tokens in TOKENS:
             if time.monotonic() > deadline:
                 return
-            row_bytes = 2 * hidden
-            xs = _rotating(torch, lambda t=tokens: (torch.randn(t, hidden, device="cuda", dtype=bf16),
-                                                    torch.randn(t, hidden, device="cuda", dtype=bf16),
-                                                    torch.empty(t, hidden, device="cuda", dtype=bf16)),
-                           4 * tokens * row_bytes, l2)  # fmt: skip
-            w = torch.rand(hidden, device="cuda", dtype=bf16)
-            _time(rec, timer, lambda i: ops.add_rmsnorm(xs[i % len(xs)][0], xs[i % len(xs)][1], w, xs[i % len(xs)][2]),
-                  kernel="ew_add_rmsnorm", m_tokens=tokens, width=hidden, bytes=4 * tokens * row_bytes + 2 * hidden,
-                  **base)  # fmt: skip
-            del xs
-            rows = tokens * copies
-            acts = _rotating(torch, lambda r=rows: (torch.randn(r, 2 * width, device="cuda", dtype=bf16),
-                                                    torch.empty(r, width, device="cuda", dtype=bf16)),
-                             6 * rows * width, l2)  # fmt: skip
-            _time(rec, timer, lambda i: ops.silu_mul(*acts[i % len(acts)]), kernel="ew_silu_mul", m_tokens=rows,
-                  width=width, bytes=6 * rows * width, **base)  # fmt: skip
-            del acts
-            q_width, k_width = n_q * rope_dim, n_k * rope_dim
-            qk = _rotating(torch, lambda t=tokens: torch.randn(t, q_width + k_width, device="cuda", dtype=bf16),
-                           2 * tokens * (q_width + k_width), l2)  # fmt: skip
-            cos_sin = torch.randn(32768, rope_dim, device="cuda", dtype=bf16)
-            pos = torch.randint(0, 32768, (tokens,), device="cuda")
-
-            def rope_fn(i, qk=qk, cos_sin=cos_sin, pos=pos):
-                t = qk[i % len(qk)]
-                ops.rope(t[:, :q_width], t[:, q_width:], cos_sin, pos, n_q, n_k, rope_dim)
-
-            _time(rec, timer, rope_fn, kernel="ew_rope", m_tokens=tokens, width=q_width + k_width, q_heads=n_q,
-                  kv_heads=n_k, bytes=4 * tokens * (q_width + k_width) + 2 * tokens * rope_dim, **base)  # fmt: skip
-            del qk
+            _time_add_rmsnorm(torch, ops, rec, timer, l2, tokens, s["hidden"], base)
+            _time_silu_mul(torch, ops, rec, timer, l2, tokens * copies, width, base)
+            _time_rope(torch, ops, rec, timer, l2, tokens, heads, rope_dim, base)
         torch.cuda.empty_cache()
 
 
@@ -280,6 +302,10 @@ def _routing(torch, tokens: int, experts: int, top_k: int, gen):
     return counts.cumsum(0).to(torch.int32), int((counts > 0).sum())
 
 
+def _grouped(grouped, x, weights, offs, i: int):
+    return grouped(x, weights[i % len(weights)], offs=offs, out_dtype=x.dtype)
+
+
 def measure_moe(torch, rec, timer, shapes, l2, deadline) -> None:
     bf16 = torch.bfloat16
     grouped = getattr(torch, "_grouped_mm", None) or torch.nn.functional.grouped_mm
@@ -290,8 +316,7 @@ def measure_moe(torch, rec, timer, shapes, l2, deadline) -> None:
         width = s["moe_intermediate"] // tp
         for label, k, n in (("moe_up", hidden, 2 * width), ("moe_down", width, hidden)):
             one = experts * k * n * 2
-            weights = _rotating(torch, lambda k=k, n=n: torch.randn(experts, k, n, device="cuda", dtype=bf16) * 0.02,
-                                one, l2, limit=8)  # fmt: skip
+            weights = _rotating(torch, partial(_bf16, torch, experts, k, n), one, l2, limit=8)
             for tokens in MOE_TOKENS:
                 if time.monotonic() > deadline:
                     return
@@ -299,7 +324,7 @@ def measure_moe(torch, rec, timer, shapes, l2, deadline) -> None:
                 offs = offs.cuda()
                 rows = tokens * top_k
                 x = torch.randn(rows, k, device="cuda", dtype=bf16)
-                _time(rec, timer, lambda i, x=x, offs=offs, w=weights: grouped(x, w[i % len(w)], offs=offs, out_dtype=bf16),
+                _time(rec, timer, partial(_grouped, grouped, x, weights, offs),
                       kernel=label, backend="torch._grouped_mm", model=name, tensor_parallel=tp, m_tokens=tokens,
                       width=n, experts=experts, top_k=top_k, experts_touched=touched, flops=2 * rows * k * n,
                       bytes=2 * (touched * k * n + rows * (k + n)), note=f"k={k}")  # fmt: skip
@@ -439,10 +464,11 @@ class StepModel:
             x = self.gemm(self.act, layer["down"])
 
 
-def _graph_time(torch, model) -> tuple[float, float, float]:
+def _graph_time(torch, model, backend: str) -> tuple[float, float, float]:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+    chosen = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+    with sdpa_kernel([chosen]):
         model.step()  # compile and warm up outside the capture
         torch.cuda.synchronize()
         stream = torch.cuda.Stream()
@@ -459,17 +485,17 @@ def measure_layers(torch, ops, rec, shapes, deadline) -> None:
     cases += [(t, t, fp8, True) for t in PREFILL_TOKENS for fp8 in (False, True)]
     for name, tp in LAYER_MODELS:
         shape = shapes[name]
-        for tokens, kv_len, fp8, prefill in cases:
+        for (tokens, kv_len, fp8, prefill), backend in itertools.product(cases, STEP_ATTENTION):
             if time.monotonic() > deadline:
                 return
-            row = dict(kernel="prefill_step" if prefill else "decode_step", backend="cuda_graph",
+            row = dict(kernel="prefill_step" if prefill else "decode_step", backend=f"cuda_graph/{backend}",
                        note="fp8" if fp8 else "bf16", model=name, tensor_parallel=tp, batch=1 if prefill else tokens,
                        kv_len=kv_len, num_layers=shape["num_layers"], m_tokens=tokens, head_dim=shape["head_dim"],
                        q_heads=shape["q_heads"] // tp, kv_heads=max(1, shape["kv_heads"] // tp))  # fmt: skip
             model = None
             try:
                 model = StepModel(torch, ops, shape, tp, tokens, kv_len, fp8, prefill)
-                med, lo, hi = _graph_time(torch, model)
+                med, lo, hi = _graph_time(torch, model, backend)
                 if not model.native_gqa:
                     row["note"] += "; kv heads repeated"
                 rec.row(**row, median_s=med, min_s=lo, max_s=hi, launches=1)

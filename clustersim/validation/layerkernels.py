@@ -7,7 +7,9 @@ Three groups, scored and never fitted (:data:`clustersim.validation.kernels.SCOR
 * ``moe``: one MoE layer's routed experts (its up and down grouped GEMMs, summed), priced by the
   fused-MoE term from the model's own expected experts touched;
 * ``step``: a whole decode or prefill step through every layer (a CUDA graph), priced as the step's
-  layer kernels (:func:`clustersim.cost.roofline.kernel_time_s`).
+  layer kernels (:func:`clustersim.cost.roofline.kernel_time_s`); each step was timed with each of
+  PyTorch's cuDNN and FlashAttention-2 attention kernels, and the faster stands for the engine's (as
+  the single attention kernels' fastest backend does in :func:`~clustersim.validation.kernels.measured_samples`).
 """
 
 from __future__ import annotations
@@ -86,8 +88,11 @@ def _moe(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, path:
 
 
 def _steps(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, path: Path) -> list[KernelSample]:
+    steps = frame[frame["kernel"].isin(("decode_step", "prefill_step"))]
+    case = ["kernel", "model", "tensor_parallel", "m_tokens", "kv_len", "note"]
+    fastest = steps.loc[steps.groupby(case)["median_s"].idxmin()]  # each step with its faster attention kernel
     samples = []
-    for r in frame[frame["kernel"].isin(("decode_step", "prefill_step"))].itertuples():
+    for r in fastest.itertuples():
         precision = str(r.note).split(";")[0].strip()
         model = _model(catalogue, str(r.model), precision, path)
         tokens, kv_len, tp = int(r.m_tokens), int(r.kv_len), int(r.tensor_parallel)
