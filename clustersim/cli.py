@@ -294,9 +294,9 @@ def step(
         fail(f"--engine-version: {exc}")
         return
     try:
-        gpu = GpuSpec.from_profiles(
-            catalogue.hardware(hardware, "--hardware", ""), catalogue.engine(engine, "--engine", ""), engine_version
-        )
+        hardware_profile = catalogue.hardware(hardware, "--hardware", "")
+        engine_profile = catalogue.engine(engine, "--engine", "")
+        gpu = GpuSpec.from_profiles(hardware_profile, engine_profile, engine_version)
         shape = ModelShape.from_profile(catalogue.model(model_name, "--model", ""), weights, kv_cache)
     except ClusterSimError as exc:
         fail(str(exc))
@@ -311,3 +311,10 @@ def step(
         f"{context_tokens} context, prefill {prefill_tokens} (+{prefill_context} prior)"
     )
     click.echo(format_breakdown(cost))
+    family = hardware_profile.family.value if hardware_profile.family is not None else None
+    if engine_version and not any(r.gpu_family == family for r in engine_profile.kernel_releases):
+        click.echo(
+            f"note: engine {engine} records no kernel releases on {gpu.name}: release {engine_version} is "
+            "priced as its current one",
+            err=True,
+        )

@@ -32,3 +32,16 @@ def test_step_with_unknown_model_is_one_line_error():
     result = CliRunner().invoke(main, ["step", "--hardware", "H100", "--model", "Llama-9"])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "--model: unknown model 'Llama-9'" in result.output
+
+
+def test_step_says_when_a_release_changes_nothing():
+    """A built-in engine records no kernel releases: an older --engine-version is priced as today's, and
+    the command says so instead of printing the same figures as if they were the older release's."""
+    args = ["step", "--hardware", "H100", "--model", "Llama-3.1-8B"]
+    today = CliRunner().invoke(main, args)
+    older = CliRunner().invoke(main, [*args, "--engine-version", "0.4.2"])
+    assert today.exit_code == older.exit_code == 0
+    assert "note:" not in today.output
+    note = "note: engine vllm records no kernel releases on H100-SXM: release 0.4.2 is priced as its current one"
+    assert note in older.output
+    assert older.output.splitlines()[-2] == today.output.splitlines()[-1]  # the same step time
