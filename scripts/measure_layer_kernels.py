@@ -18,6 +18,8 @@ L2 cache, so each launch reads HBM). Sections:
 * ``moe``: the routed experts' up (gate+up) and down GEMMs as one grouped GEMM each
   (``torch._grouped_mm``, CUTLASS on Hopper), BF16, tokens routed uniformly at random to ``top_k``
   distinct experts and sorted by expert, as fused-MoE kernels do.
+* ``moe_fp8``: the same in FP8 (``torch._scaled_grouped_mm``, row-wise scales, each expert's rows
+  padded to a multiple of 16).
 * ``floor``: the time per kernel of back-to-back tiny kernels, replayed from a CUDA graph (as
   engines replay decode steps) and launched eagerly behind a held stream.
 * ``layer``: whole decode and prefill steps of every layer of a model (Llama-3.1-8B on one GPU, Llama-3.1-70B's
@@ -332,6 +334,50 @@ def measure_moe(torch, rec, timer, shapes, l2, deadline) -> None:
             torch.cuda.empty_cache()
 
 
+def _scaled_grouped(x, scale_x, weights, scales_w, offs, i: int):
+    import torch
+
+    return torch._scaled_grouped_mm(x, weights[i % len(weights)], scale_x, scales_w, offs=offs,
+                                    out_dtype=torch.bfloat16, use_fast_accum=True)  # fmt: skip
+
+
+def measure_moe_fp8(torch, rec, timer, shapes, l2, deadline) -> None:
+    """The routed experts in FP8 (``torch._scaled_grouped_mm``, row-wise scales), each expert's rows
+    padded to a multiple of 16 as the FP8 grouped kernel needs (fused-MoE kernels pad to their block)."""
+    fp8 = torch.float8_e4m3fn
+    gen = torch.Generator().manual_seed(20240601)
+    for name, tp in MOE_MODELS:
+        s = shapes[name]
+        experts, top_k, hidden = s["experts"], s["top_k"], s["hidden"]
+        width = s["moe_intermediate"] // tp
+        for label, k, n in (("moe_up_fp8", hidden, 2 * width), ("moe_down_fp8", width, hidden)):
+            weights = _rotating(torch, partial(_fp8_experts, torch, experts, k, n), experts * k * n, l2, limit=8)
+            scales_w = torch.ones(experts, n, device="cuda", dtype=torch.float32)
+            for tokens in MOE_TOKENS:
+                if time.monotonic() > deadline:
+                    return
+                picks = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :top_k]
+                counts = torch.bincount(picks.flatten(), minlength=experts)
+                padded = (counts + 15) // 16 * 16
+                rows = int(padded.sum())
+                offs = padded.cumsum(0).to(torch.int32).cuda()
+                touched = int((counts > 0).sum())
+                x = torch.randn(rows, k, device="cuda").to(fp8)
+                scale_x = torch.ones(rows, device="cuda", dtype=torch.float32)
+                _time(rec, timer, partial(_scaled_grouped, x, scale_x, weights, scales_w, offs),
+                      kernel=label, backend="torch._scaled_grouped_mm", model=name, tensor_parallel=tp,
+                      m_tokens=tokens, width=n, experts=experts, top_k=top_k, experts_touched=touched,
+                      flops=2 * rows * k * n, bytes=touched * k * n + rows * (k + 2 * n),
+                      note=f"k={k};rows padded to 16 per expert: {rows}")  # fmt: skip
+            del weights
+            torch.cuda.empty_cache()
+
+
+def _fp8_experts(torch, experts: int, k: int, n: int):
+    """(experts, k, n) FP8 weights laid out column-major per expert, as the FP8 grouped GEMM takes them."""
+    return torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+
+
 def measure_floor(torch, ops, rec, timer) -> None:
     """Per-kernel time of FLOOR_LAUNCHES tiny kernels: from a CUDA graph, and eagerly behind a hold."""
     buf = torch.zeros(1024, device="cuda")
@@ -534,6 +580,8 @@ def measure(out: Path, shapes_path: Path, budget_s: float, sections: list[str]) 
                 measure_elementwise(torch, ops, rec, timer, shapes, l2, deadline)
             elif section == "moe":
                 measure_moe(torch, rec, timer, shapes, l2, deadline)
+            elif section == "moe_fp8":
+                measure_moe_fp8(torch, rec, timer, shapes, l2, deadline)
             elif section == "floor":
                 measure_floor(torch, ops, rec, timer)
             elif section == "layer":
@@ -554,7 +602,7 @@ def main() -> None:
         "--shapes", type=Path, default=Path(__file__).parent.parent / "validation/kernels/layer_shapes.json"
     )
     run.add_argument("--budget-s", type=float, default=240.0, help="time for all sections together")
-    run.add_argument("--sections", default="floor,elementwise,moe,layer")
+    run.add_argument("--sections", default="floor,elementwise,moe,moe_fp8,layer")
     args = parser.parse_args()
     if args.command == "shapes":
         print(json.dumps(layer_shapes(), indent=1))

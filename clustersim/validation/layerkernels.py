@@ -4,8 +4,8 @@ Three groups, scored and never fitted (:data:`clustersim.validation.kernels.SCOR
 
 * ``elementwise_fused``: one fused kernel between the GEMMs (add+RMSNorm, SiLU-and-multiply,
   rotary), priced as one element-wise kernel moving the bytes the table gives;
-* ``moe``: one MoE layer's routed experts (its up and down grouped GEMMs, summed), priced by the
-  fused-MoE term from the model's own expected experts touched;
+* ``moe``: one MoE layer's routed experts (its up and down grouped GEMMs, summed; BF16 or FP8 weights),
+  priced by the fused-MoE term from the model's own expected experts touched;
 * ``step``: a whole decode or prefill step through every layer (a CUDA graph), priced as the step's
   layer kernels (:func:`clustersim.cost.roofline.kernel_time_s`); each step was timed with each of
   PyTorch's cuDNN and FlashAttention-2 attention kernels, and the faster stands for the engine's (as
@@ -14,6 +14,7 @@ Three groups, scored and never fitted (:data:`clustersim.validation.kernels.SCOR
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -63,27 +64,27 @@ def _elementwise(gpu: str, frame: pd.DataFrame, source: str) -> list[KernelSampl
     ]
 
 
+_MOE_KERNELS = {"bf16": ("moe_up", "moe_down"), "fp8": ("moe_up_fp8", "moe_down_fp8")}
+
+
 def _moe(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, path: Path) -> list[KernelSample]:
-    rows = frame[frame["kernel"].isin(("moe_up", "moe_down"))]
     samples = []
-    for (name, tp, tokens), pair in rows.groupby(["model", "tensor_parallel", "m_tokens"]):
-        if len(pair) != 2:  # one of the two GEMMs failed: the layer is not measured
-            continue
-        model = _model(catalogue, str(name), "bf16", path)
-        work = moe_experts_work(int(tokens), model, int(tp))
-        samples.append(
-            KernelSample(
-                gpu,
-                "moe",
-                (float(model.num_experts), float(model.hidden_size), float(tp), float(tokens)),
-                float(pair["median_s"].sum()),
-                int(tokens),
-                int(tp),
-                model,
-                work=work,
-                source=source,
+    for precision, kernels in _MOE_KERNELS.items():
+        rows = frame[frame["kernel"].isin(kernels)]
+        for (name, tp, tokens), pair in rows.groupby(["model", "tensor_parallel", "m_tokens"]):
+            if len(pair) != 2:  # one of the two GEMMs failed: the layer is not measured
+                continue
+            model = _model(catalogue, str(name), precision, path)
+            work = moe_experts_work(int(tokens), model, int(tp))
+            key = (
+                float(model.num_experts),
+                float(model.hidden_size),
+                float(tp),
+                float(tokens),
+                float(precision == "fp8"),
             )
-        )
+            sample = KernelSample(gpu, "moe", key, float(pair["median_s"].sum()), int(tokens), int(tp), model)
+            samples.append(replace(sample, work=work, source=source))
     return samples
 
 

@@ -53,7 +53,7 @@ def test_every_measured_row_becomes_a_sample(h100):
 def test_moe_sample_is_the_sum_of_its_two_grouped_gemms(h100):
     frame = pd.read_csv(LAYERS / "h100-sxm.csv")
     pair = frame[(frame["model"] == "mixtral-8x7b") & (frame["m_tokens"] == 64) & frame["kernel"].str.startswith("moe")]
-    sample = next(s for s in h100 if s.group == "moe" and s.key == (8.0, 4096.0, 1.0, 64.0))
+    sample = next(s for s in h100 if s.group == "moe" and s.key == (8.0, 4096.0, 1.0, 64.0, 0.0))
     assert sample.measured_s == pytest.approx(pair["median_s"].sum())
 
 
@@ -96,7 +96,14 @@ def test_failed_timings_and_half_measured_moe_layers_are_skipped(tmp_path, catal
     samples = layer_samples(_copy(tmp_path, frame), catalogue)
     full = layer_samples(LAYERS / "h100-sxm.csv", catalogue)
     assert len(samples) == len(full) - 2
-    assert not any(s.group == "moe" and s.key == (128.0, 2048.0, 1.0, 16.0) for s in samples)
+    assert not any(s.group == "moe" and s.key == (128.0, 2048.0, 1.0, 16.0, 0.0) for s in samples)
+
+
+def test_fp8_expert_layers_are_priced_with_fp8_weights(catalogue):
+    fp8 = layer_samples(LAYERS / "h100-sxm-moe-fp8.csv", catalogue)
+    frame = pd.read_csv(LAYERS / "h100-sxm-moe-fp8.csv")
+    assert len(fp8) == len(frame) // 2 and {s.group for s in fp8} == {"moe"}
+    assert all(s.key[-1] == 1.0 and s.model is not None and s.model.weight_precision == "fp8" for s in fp8)
 
 
 def test_a_table_missing_a_column_names_the_file_and_column(tmp_path, catalogue):
