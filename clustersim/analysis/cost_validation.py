@@ -17,16 +17,17 @@ GROUPS = (
     "attention_decode",
     "attention_prefill",
     "all_reduce",
-    "elementwise_fused",
     "moe",
+    "moe_fp8",
+    "elementwise_fused",
     "step",
 )
-COLUMNS = 3
+COLUMNS = 5
 
 
 def plot_cost_validation(scored_parquet: Path) -> Figure:
     """One log-log panel per op group: held-out measured vs predicted times (us), one colour per GPU
-    (every row of the scored-only groups: fused element-wise kernels, MoE layers, whole steps)."""
+    (every row of the scored-only groups: FP8 MoE layers, fused element-wise kernels, whole steps)."""
     frame = pq.read_table(scored_parquet).to_pandas()
     frame = frame[frame["held_out"]]
     gpus = sorted(frame["gpu"].unique())
