@@ -349,10 +349,7 @@ class GpuSpec:
     prefill_attention_half_occupancy_tiles: float = 0.0  # 0: one efficiency however few query blocks
     memory_reported_bytes: float | None = None  # what the CUDA driver reports as total (None: memory_bytes)
     elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
-    moe_efficiency_scale: float = 1.0  # the engine's fused-MoE kernels against the grouped GEMMs' efficiencies
-    grouped_gemm_compute_efficiency_frac: float | None = None  # None: the dense GEMMs' (engine-scaled)
-    grouped_gemm_memory_efficiency_frac: float | None = None  # None: the dense GEMMs' (engine-scaled)
-    grouped_gemm_kernel_latency_s: float | None = None  # None: gemm_kernel_latency_s
+    moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
     engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
@@ -406,9 +403,6 @@ class GpuSpec:
             prefill_attention_half_efficiency_tokens=num(hardware.prefill_attention_half_efficiency_tokens, 0.0),
             prefill_attention_half_occupancy_tiles=num(hardware.prefill_attention_half_occupancy_tiles, 0.0),
             memory_reported_bytes=opt(hardware.memory_reported_bytes, None),
-            grouped_gemm_compute_efficiency_frac=opt(hardware.grouped_gemm_compute_efficiency_frac, None),
-            grouped_gemm_memory_efficiency_frac=opt(hardware.grouped_gemm_memory_efficiency_frac, None),
-            grouped_gemm_kernel_latency_s=opt(hardware.grouped_gemm_kernel_latency_s, None),
             engine=engine_spec,
         )
         return replace(

@@ -17,17 +17,16 @@ GROUPS = (
     "attention_decode",
     "attention_prefill",
     "all_reduce",
-    "moe",
-    "moe_fp8",
     "elementwise_fused",
+    "moe",
     "step",
 )
-COLUMNS = 5
+COLUMNS = 3
 
 
 def plot_cost_validation(scored_parquet: Path) -> Figure:
     """One log-log panel per op group: held-out measured vs predicted times (us), one colour per GPU
-    (every row of the scored-only groups: FP8 MoE layers, fused element-wise kernels, whole steps)."""
+    (every row of the scored-only groups: fused element-wise kernels, MoE layers, whole steps)."""
     frame = pq.read_table(scored_parquet).to_pandas()
     frame = frame[frame["held_out"]]
     gpus = sorted(frame["gpu"].unique())

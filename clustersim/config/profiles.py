@@ -84,10 +84,6 @@ class HardwareProfile(_Physical):
     memory_efficiency_frac: Cited[float]
     gemm_kernel_latency_s: Cited[float] | None = None
     roofline_blend_exponent: Cited[float] | None = None
-    # calibrated: the routed experts' grouped GEMMs (absent: priced as dense GEMMs)
-    grouped_gemm_compute_efficiency_frac: Cited[float] | None = None
-    grouped_gemm_memory_efficiency_frac: Cited[float] | None = None
-    grouped_gemm_kernel_latency_s: Cited[float] | None = None
     # calibrated: element-wise kernels and attention
     elementwise_kernel_latency_s: Cited[float] | None = None
     decode_attention_memory_efficiency_frac: Cited[float] | None = None

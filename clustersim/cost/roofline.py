@@ -125,21 +125,15 @@ def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
 
 def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched, at the
-    GPU's grouped-GEMM efficiencies and latency where its profile has them (measured grouped GEMMs
-    stream weights well below the dense GEMMs' rate: docs/validation.md#kernels), else the dense
-    GEMMs'; either times the engine's ``moe_efficiency_scale`` (its fused-MoE kernels against those)."""
+    engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs')."""
     scale = gpu.moe_efficiency_scale
-    compute_frac = gpu.grouped_gemm_compute_efficiency_frac or gpu.compute_efficiency_frac
-    memory_frac = gpu.grouped_gemm_memory_efficiency_frac or gpu.memory_efficiency_frac
-    latency_s = (
-        gpu.gemm_kernel_latency_s if gpu.grouped_gemm_kernel_latency_s is None else gpu.grouped_gemm_kernel_latency_s
-    )
-    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * compute_frac * scale)
-    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * memory_frac * scale)
+    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
+    memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
+    latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
     return _Timed(
         work.flops,
         work.bytes,
-        work.num_kernels * latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent),
+        latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent),
         compute_s,
         memory_s,
     )

@@ -87,28 +87,6 @@ def fit_elementwise(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
     return FitResult({"elementwise_kernel_latency_s": float(x[0]) * US}, mape, len(samples))
 
 
-def fit_grouped_gemms(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
-    """Compute and memory efficiency and per-kernel latency of the MoE experts' grouped GEMMs (16-bit),
-    blended with the dense GEMMs' roofline exponent."""
-    flops = np.array([s.work.flops if s.work else 0.0 for s in samples])
-    num_bytes = np.array([s.work.bytes if s.work else 0.0 for s in samples])
-    kernels = np.array([s.work.num_kernels if s.work else 0 for s in samples], dtype=float)
-    measured = np.array([s.measured_s for s in samples])
-
-    def model(x: Array) -> Array:
-        compute = flops / (gpu.peak_flops_per_s * x[0])
-        memory = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * x[1])
-        return np.asarray(kernels * x[2] * US + _blend(compute, memory, gpu.roofline_blend_exponent), dtype=float)
-
-    x, mape = _solve(model, measured, [0.6, 0.7, 8.0], [0.05, 0.05, 0.0], [1.0, 1.0, 100.0])
-    values = {
-        "grouped_gemm_compute_efficiency_frac": float(x[0]),
-        "grouped_gemm_memory_efficiency_frac": float(x[1]),
-        "grouped_gemm_kernel_latency_s": float(x[2]) * US,
-    }
-    return FitResult(values, mape, len(samples))
-
-
 def fit_prefill_attention(samples: Sequence[KernelSample], gpu: GpuSpec) -> FitResult:
     """Attention compute efficiency (plateau), the key length at half of it, the query blocks at half of it,
     and per-kernel latency.

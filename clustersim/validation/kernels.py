@@ -47,9 +47,8 @@ Group = Literal[
     "attention_decode",
     "attention_prefill",
     "all_reduce",
-    "moe",
     "elementwise_fused",
-    "moe_fp8",
+    "moe",
     "step",
 ]
 GROUPS: tuple[Group, ...] = (
@@ -59,16 +58,12 @@ GROUPS: tuple[Group, ...] = (
     "attention_decode",
     "attention_prefill",
     "all_reduce",
-    "moe",
     "elementwise_fused",
-    "moe_fp8",
+    "moe",
     "step",
 )
 # groups no fit uses: every sample is scored (scripts/measure_layer_kernels.py's tables)
-SCORED_ONLY: frozenset[str] = frozenset({"elementwise_fused", "moe_fp8", "step"})
-# fitted groups split by a stream of their own (seeded by the group and the GPU's name), added after the
-# others were split by the one shared stream, which they therefore leave as it was
-OWN_STREAM: frozenset[str] = frozenset({"moe"})
+SCORED_ONLY: frozenset[str] = frozenset({"elementwise_fused", "moe", "step"})
 MAX_TOKENS = 4096
 MEASURED_PREFIX = "validation/kernels/"
 MEASURED_HEAD_DIM = 128  # scripts/measure_kernels.py times head dim 128 only
@@ -124,7 +119,7 @@ class KernelSample:
             assert self.model is not None and self.batch is not None
             return kernel_time_s(self.batch, self.model, gpu, self.tensor_parallel)
         assert self.work is not None
-        if self.group in ("moe", "moe_fp8"):
+        if self.group == "moe":
             assert self.model is not None
             return grouped_time(self.work, self.model, gpu).time_s
         if self.group in ("elementwise", "elementwise_fused"):
@@ -405,18 +400,11 @@ def held_out(samples: Iterable[KernelSample], seed: int = SPLIT_SEED) -> dict[tu
     seeded stream, so they leave the other groups' halves as they were)."""
     keys: dict[tuple[str, str], dict[tuple[float, ...], None]] = {}
     out: dict[tuple[str, str, tuple[float, ...]], bool] = {}
-    own: dict[tuple[str, str], dict[tuple[float, ...], None]] = {}
     for sample in samples:
         if sample.group in SCORED_ONLY:
             out[(sample.gpu, sample.group, sample.key)] = True
         else:
-            split = own if sample.group in OWN_STREAM else keys
-            split.setdefault((sample.gpu, sample.group), {})[sample.key] = None
-    for (gpu, group), unique in sorted(own.items()):
-        group_keys = list(unique)
-        stream = np.random.default_rng([seed, GROUPS.index(group), *gpu.encode()])
-        for rank, index in enumerate(stream.permutation(len(group_keys))):
-            out[(gpu, group, group_keys[index])] = rank % 2 == 1
+            keys.setdefault((sample.gpu, sample.group), {})[sample.key] = None
     rng = np.random.default_rng(seed)
     for (gpu, group), unique in sorted(keys.items()):
         group_keys = list(unique)

@@ -1,13 +1,11 @@
 """Samples from ``scripts/measure_layer_kernels.py`` tables (``validation/kernels/layers/``).
 
-Four groups: ``moe`` (BF16) is fitted (the grouped-GEMM terms); the others are scored and never
-fitted (:data:`clustersim.validation.kernels.SCORED_ONLY`):
+Three groups, scored and never fitted (:data:`clustersim.validation.kernels.SCORED_ONLY`):
 
 * ``elementwise_fused``: one fused kernel between the GEMMs (add+RMSNorm, SiLU-and-multiply,
   rotary), priced as one element-wise kernel moving the bytes the table gives;
-* ``moe`` and ``moe_fp8``: one MoE layer's routed experts (its up and down grouped GEMMs, summed; BF16
-  or FP8 weights), priced by the fused-MoE term from the model's own expected experts touched (FP8 with
-  the BF16 fit at the FP8 peak, as the dense FP8 GEMMs are);
+* ``moe``: one MoE layer's routed experts (its up and down grouped GEMMs, summed; BF16 or FP8 weights),
+  priced by the fused-MoE term from the model's own expected experts touched;
 * ``step``: a whole decode or prefill step through every layer (a CUDA graph), priced as the step's
   layer kernels (:func:`clustersim.cost.roofline.kernel_time_s`); each step was timed with each of
   PyTorch's cuDNN and FlashAttention-2 attention kernels, and the faster stands for the engine's (as
@@ -26,7 +24,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.cost.base import StepBatch
 from clustersim.cost.ops import Work, moe_experts_work
 from clustersim.errors import ConfigError
-from clustersim.validation.kernels import MEASURED_PREFIX, Group, KernelSample, _measured_gpu
+from clustersim.validation.kernels import MEASURED_PREFIX, KernelSample, _measured_gpu
 
 _COLUMNS = ("kernel", "model", "tensor_parallel", "m_tokens", "kv_len", "bytes", "median_s", "note")
 _ELEMENTWISE = ("ew_add_rmsnorm", "ew_silu_mul", "ew_rope")
@@ -85,8 +83,7 @@ def _moe(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, path:
                 float(tokens),
                 float(precision == "fp8"),
             )
-            group: Group = "moe_fp8" if precision == "fp8" else "moe"
-            sample = KernelSample(gpu, group, key, float(pair["median_s"].sum()), int(tokens), int(tp), model)
+            sample = KernelSample(gpu, "moe", key, float(pair["median_s"].sum()), int(tokens), int(tp), model)
             samples.append(replace(sample, work=work, source=source))
     return samples
 

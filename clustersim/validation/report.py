@@ -24,7 +24,6 @@ from clustersim.validation.fit import (
     fit_decode_attention,
     fit_elementwise,
     fit_gemms,
-    fit_grouped_gemms,
     fit_prefill_attention,
 )
 from clustersim.validation.kernels import GROUPS, MEASURED_PREFIX, KernelSample, held_out
@@ -92,9 +91,6 @@ def calibrate(
         if not linear:
             continue
         rec = _Recorder(gpus[name])
-        if any(s.source.startswith(MEASURED_PREFIX) for s in linear):
-            # today's library on this GPU, timed here: other publishers' older timings are scored, not fitted
-            linear = [s for s in linear if s.source.startswith(MEASURED_PREFIX)]
         gemms = [(g, t) for s in linear for g, t in zip(s.gemms, s.gemm_times_s, strict=True)]
         rec.record(fit_gemms(gemms, rec.spec), name)
         elementwise = _train(samples, split, name, "elementwise")
@@ -114,9 +110,6 @@ def calibrate(
                 for key, (_, fit) in donor.fits.items():
                     if _FIT_GROUP[key] == group and key not in keep.get(name, frozenset()):
                         rec.record(FitResult({key: donor.values[key]}, fit.train_mape, fit.num_train), donor.gpu)
-        grouped = _train(samples, split, name, "moe")
-        if grouped:
-            rec.record(fit_grouped_gemms(grouped, rec.spec), name)
         reduce = _train(samples, split, name, "all_reduce")
         if reduce:
             rec.record(fit_all_reduce(reduce, rec.spec), name)
@@ -137,9 +130,6 @@ _FIT_GROUP = {
     "decode_attention_memory_efficiency_frac": "attention_decode",
     "decode_attention_latency_s": "attention_decode",
     "decode_attention_half_occupancy_seqs": "attention_decode",
-    "grouped_gemm_compute_efficiency_frac": "moe",
-    "grouped_gemm_memory_efficiency_frac": "moe",
-    "grouped_gemm_kernel_latency_s": "moe",
     "interconnect_latency_s": "all_reduce",
     "interconnect_efficiency_frac": "all_reduce",
 }
@@ -167,19 +157,12 @@ def calibration_sources(
             if donor == calibration.gpu
             else f"no {group} kernels measured on {calibration.gpu}: fraction fitted on {donor}; "
         )
-        fitted_on = files.get((donor, group), "profiles/")
-        scored = ""
-        if group == "linear" and MEASURED_PREFIX in fitted_on:  # calibrate() fits the measured tables alone
-            names = fitted_on.split(" and ")
-            fitted_on = " and ".join(n for n in names if n.startswith(MEASURED_PREFIX))
-            if len(names) > fitted_on.count(" and ") + 1:
-                scored = " (other publishers' older timings scored, not fitted)"
-        vidur = "vidur_" in fitted_on
+        vidur = "vidur_" in files.get((donor, group), "")
         tokens = ", vidur's num_tokens <= 4096" if vidur and group in ("linear", "elementwise") else ""
         out[key] = (
             value,
             f"{borrowed}fitted by `clustersim validate-cost --fit` on the training half (seeded random half of "
-            f"distinct shapes, seed 20240601) of {group} rows in {fitted_on}{scored}"
+            f"distinct shapes, seed 20240601) of {group} rows in {files.get((donor, group), 'profiles/')}"
             f"{tokens}; bounded least squares on log(predicted / measured) over {fit.num_train} timings; "
             f"training MAPE {fit.train_mape * 100:.1f}%{held_text}",
         )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -13,18 +12,9 @@ from conftest import REPO
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost.base import StepBatch
-from clustersim.cost.ops import moe_experts_work
-from clustersim.cost.roofline import KERNEL_GROUPS, grouped_time, kernel_time_s, price_step
+from clustersim.cost.roofline import KERNEL_GROUPS, kernel_time_s, price_step
 from clustersim.errors import ConfigError
-from clustersim.validation.fit import fit_grouped_gemms
-from clustersim.validation.kernels import (
-    OWN_STREAM,
-    SCORED_ONLY,
-    KernelSample,
-    held_out,
-    kernel_engine,
-    measured_samples,
-)
+from clustersim.validation.kernels import SCORED_ONLY, KernelSample, held_out, kernel_engine, measured_samples
 from clustersim.validation.layerkernels import layer_samples
 from clustersim.validation.report import mape_table, score
 
@@ -81,15 +71,12 @@ def test_step_is_priced_as_its_layer_kernels_only(catalogue):
     assert sample.predict_s(gpu) == kernels
 
 
-def test_layer_groups_leave_the_other_groups_halves_as_they_were(h100):
+def test_scored_only_groups_leave_the_fitted_halves_as_they_were(h100):
     measured = measured_samples(KERNELS / "h100-sxm.csv")
     alone = held_out(measured)
     together = held_out([*measured, *h100])
-    assert {k: v for k, v in together.items() if k[1] not in SCORED_ONLY | OWN_STREAM} == alone
-    assert all(together[(s.gpu, s.group, s.key)] for s in h100 if s.group in SCORED_ONLY)  # every row scored
-    moe = [together[(s.gpu, s.group, s.key)] for s in h100 if s.group == "moe"]
-    assert abs(2 * sum(moe) - len(moe)) <= 1  # the fitted MoE rows: half held out, by a stream of their own
-    assert held_out(h100) == {k: v for k, v in together.items() if k[1] in SCORED_ONLY | OWN_STREAM}
+    assert {k: v for k, v in together.items() if k[1] not in SCORED_ONLY} == alone
+    assert all(together[(s.gpu, s.group, s.key)] for s in h100)  # every scored-only row is scored
 
 
 def test_whole_decode_steps_on_h100_are_within_a_tenth(h100, catalogue):
@@ -115,7 +102,7 @@ def test_failed_timings_and_half_measured_moe_layers_are_skipped(tmp_path, catal
 def test_fp8_expert_layers_are_priced_with_fp8_weights(catalogue):
     fp8 = layer_samples(LAYERS / "h100-sxm-moe-fp8.csv", catalogue)
     frame = pd.read_csv(LAYERS / "h100-sxm-moe-fp8.csv")
-    assert len(fp8) == len(frame) // 2 and {s.group for s in fp8} == {"moe_fp8"}
+    assert len(fp8) == len(frame) // 2 and {s.group for s in fp8} == {"moe"}
     assert all(s.key[-1] == 1.0 and s.model is not None and s.model.weight_precision == "fp8" for s in fp8)
 
 
@@ -131,32 +118,3 @@ def test_a_step_of_unknown_precision_is_refused(tmp_path, catalogue):
     frame.loc[frame["kernel"] == "decode_step", "note"] = "int4"
     with pytest.raises(ConfigError, match=r"note.*'int4' is not a weight precision"):
         layer_samples(_copy(tmp_path, frame), catalogue)
-
-
-def test_grouped_gemms_use_their_own_terms_where_the_profile_has_them(catalogue):
-    gpu = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), kernel_engine(catalogue))
-    model = ModelShape.from_profile(catalogue.model("qwen3-30b-a3b"))
-    work = moe_experts_work(64, model, 1)
-    own = grouped_time(work, model, gpu)
-    assert gpu.grouped_gemm_memory_efficiency_frac is not None
-    dense = replace(gpu, grouped_gemm_compute_efficiency_frac=None, grouped_gemm_memory_efficiency_frac=None,
-                    grouped_gemm_kernel_latency_s=None)  # fmt: skip
-    as_dense = grouped_time(work, model, dense)
-    assert as_dense.memory_s == pytest.approx(work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac))
-    assert own.memory_s == pytest.approx(
-        as_dense.memory_s * gpu.memory_efficiency_frac / gpu.grouped_gemm_memory_efficiency_frac
-    )
-    slower = replace(gpu, moe_efficiency_scale=0.5)  # the engine's fused-MoE kernels against the measured ones
-    assert grouped_time(work, model, slower).memory_s == pytest.approx(2 * own.memory_s)
-
-
-def test_the_grouped_fit_recovers_the_terms_that_made_the_times(catalogue, h100):
-    gpu = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), kernel_engine(catalogue))
-    truth = replace(gpu, grouped_gemm_compute_efficiency_frac=0.55, grouped_gemm_memory_efficiency_frac=0.7,
-                    grouped_gemm_kernel_latency_s=12e-6)  # fmt: skip
-    made = [replace(s, measured_s=s.predict_s(truth)) for s in h100 if s.group == "moe"]
-    fit = fit_grouped_gemms(made, gpu)
-    assert fit.values["grouped_gemm_memory_efficiency_frac"] == pytest.approx(0.7, rel=1e-3)
-    assert fit.values["grouped_gemm_compute_efficiency_frac"] == pytest.approx(0.55, rel=1e-3)
-    assert fit.values["grouped_gemm_kernel_latency_s"] == pytest.approx(12e-6, rel=1e-2)
-    assert fit.train_mape < 1e-4
