@@ -148,8 +148,8 @@ class Recorder:
         self.count += 1
 
 
-def _copies(torch, make, one_bytes: float, l2_bytes: float) -> list:
-    count = max(1, min(512, math.ceil(L2_MULTIPLE * l2_bytes / max(one_bytes, 1.0))))
+def _copies(torch, make, one_bytes: float, l2_bytes: float, limit: int = 512) -> list:
+    count = max(1, min(limit, math.ceil(L2_MULTIPLE * l2_bytes / max(one_bytes, 1.0))))
     return [make() for _ in range(count)]
 
 

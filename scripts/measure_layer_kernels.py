@@ -43,7 +43,7 @@ from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure_kernels import L2_MULTIPLE, Recorder, Timer, _environment
+from measure_kernels import Recorder, Timer, _copies, _environment
 
 TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384)
 MOE_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 8192)
@@ -141,6 +141,8 @@ def _kernels(triton, tl):
     @triton.jit
     def rope(q_ptr, k_ptr, cs_ptr, pos_ptr, q_row, k_row, n_q, n_k,
              NQ: tl.constexpr, NK: tl.constexpr, HALF: tl.constexpr, D: tl.constexpr):  # fmt: skip
+        # the query and key halves below are one block written twice: a jit helper defined in this
+        # closure is not visible to Triton's name resolution
         t = tl.program_id(0).to(tl.int64)
         pos = tl.load(pos_ptr + t)
         c = tl.arange(0, HALF)[None, :]
@@ -191,11 +193,6 @@ class Ops:
                                   NQ=np2(n_q), NK=np2(n_k), HALF=head_dim // 2, D=head_dim, num_warps=4)  # fmt: skip
 
 
-def _rotating(torch, make, one_bytes: float, l2: float, limit: int = 512) -> list:
-    count = max(1, min(limit, math.ceil(L2_MULTIPLE * l2 / max(one_bytes, 1.0))))
-    return [make() for _ in range(count)]
-
-
 def _check_ops(torch, ops: Ops) -> dict:
     """Each Triton kernel against the same math in float32 on random inputs: relative error."""
     bf16, dev = torch.bfloat16, "cuda"
@@ -233,7 +230,7 @@ def _bf16_tuple(torch, shapes):
 
 def _time_add_rmsnorm(torch, ops, rec, timer, l2, tokens: int, hidden: int, base: dict) -> None:
     num_bytes = 4 * tokens * 2 * hidden  # read input and residual, write both
-    xs = _rotating(torch, partial(_bf16_tuple, torch, ((tokens, hidden),) * 3), num_bytes, l2)
+    xs = _copies(torch, partial(_bf16_tuple, torch, ((tokens, hidden),) * 3), num_bytes, l2)
     weight = torch.rand(hidden, device="cuda", dtype=torch.bfloat16)
 
     def fn(i: int) -> None:
@@ -245,7 +242,7 @@ def _time_add_rmsnorm(torch, ops, rec, timer, l2, tokens: int, hidden: int, base
 
 def _time_silu_mul(torch, ops, rec, timer, l2, rows: int, width: int, base: dict) -> None:
     num_bytes = 6 * rows * width  # read gate and up, write their product
-    acts = _rotating(torch, partial(_bf16_tuple, torch, ((rows, 2 * width), (rows, width))), num_bytes, l2)
+    acts = _copies(torch, partial(_bf16_tuple, torch, ((rows, 2 * width), (rows, width))), num_bytes, l2)
 
     def fn(i: int) -> None:
         ops.silu_mul(*acts[i % len(acts)])
@@ -257,7 +254,7 @@ def _time_rope(torch, ops, rec, timer, l2, tokens: int, heads: tuple[int, int], 
     n_q, n_k = heads
     q_width, k_width = n_q * rope_dim, n_k * rope_dim
     num_bytes = 4 * tokens * (q_width + k_width)  # read and write the query and key heads in place
-    qk = _rotating(torch, partial(_bf16, torch, tokens, q_width + k_width), num_bytes // 2, l2)
+    qk = _copies(torch, partial(_bf16, torch, tokens, q_width + k_width), num_bytes // 2, l2)
     cos_sin = _bf16(torch, 32768, rope_dim)
     pos = torch.randint(0, 32768, (tokens,), device="cuda")
 
@@ -298,10 +295,9 @@ def _time(rec, timer, fn, **row) -> None:
 
 
 def _routing(torch, tokens: int, experts: int, top_k: int, gen):
-    """Uniform random top-k distinct experts per token; routed rows sorted by expert: group ends."""
+    """Uniform random top-k distinct experts per token: the routed rows each expert gets."""
     picks = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :top_k]
-    counts = torch.bincount(picks.flatten(), minlength=experts)
-    return counts.cumsum(0).to(torch.int32), int((counts > 0).sum())
+    return torch.bincount(picks.flatten(), minlength=experts)
 
 
 def _grouped(grouped, x, weights, offs, i: int):
@@ -318,12 +314,12 @@ def measure_moe(torch, rec, timer, shapes, l2, deadline) -> None:
         width = s["moe_intermediate"] // tp
         for label, k, n in (("moe_up", hidden, 2 * width), ("moe_down", width, hidden)):
             one = experts * k * n * 2
-            weights = _rotating(torch, partial(_bf16, torch, experts, k, n), one, l2, limit=8)
+            weights = _copies(torch, partial(_bf16, torch, experts, k, n), one, l2, limit=8)
             for tokens in MOE_TOKENS:
                 if time.monotonic() > deadline:
                     return
-                offs, touched = _routing(torch, tokens, experts, top_k, gen)
-                offs = offs.cuda()
+                counts = _routing(torch, tokens, experts, top_k, gen)  # routed rows sorted by expert
+                offs, touched = counts.cumsum(0).to(torch.int32).cuda(), int((counts > 0).sum())
                 rows = tokens * top_k
                 x = torch.randn(rows, k, device="cuda", dtype=bf16)
                 _time(rec, timer, partial(_grouped, grouped, x, weights, offs),
@@ -351,13 +347,12 @@ def measure_moe_fp8(torch, rec, timer, shapes, l2, deadline) -> None:
         experts, top_k, hidden = s["experts"], s["top_k"], s["hidden"]
         width = s["moe_intermediate"] // tp
         for label, k, n in (("moe_up_fp8", hidden, 2 * width), ("moe_down_fp8", width, hidden)):
-            weights = _rotating(torch, partial(_fp8_experts, torch, experts, k, n), experts * k * n, l2, limit=8)
+            weights = _copies(torch, partial(_fp8_experts, torch, experts, k, n), experts * k * n, l2, limit=8)
             scales_w = torch.ones(experts, n, device="cuda", dtype=torch.float32)
             for tokens in MOE_TOKENS:
                 if time.monotonic() > deadline:
                     return
-                picks = torch.rand(tokens, experts, generator=gen).argsort(dim=1)[:, :top_k]
-                counts = torch.bincount(picks.flatten(), minlength=experts)
+                counts = _routing(torch, tokens, experts, top_k, gen)
                 padded = (counts + 15) // 16 * 16
                 rows = int(padded.sum())
                 offs = padded.cumsum(0).to(torch.int32).cuda()

@@ -9,18 +9,8 @@ import pyarrow.parquet as pq
 from matplotlib.figure import Figure
 
 from clustersim.analysis.style import annotate_empty, colors, new_figure, save, theme
+from clustersim.validation.kernels import GROUPS
 
-GROUPS = (
-    "linear",
-    "linear_fp8",
-    "elementwise",
-    "attention_decode",
-    "attention_prefill",
-    "all_reduce",
-    "elementwise_fused",
-    "moe",
-    "step",
-)
 COLUMNS = 3
 
 

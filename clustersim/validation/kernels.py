@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -51,17 +51,7 @@ Group = Literal[
     "moe",
     "step",
 ]
-GROUPS: tuple[Group, ...] = (
-    "linear",
-    "linear_fp8",
-    "elementwise",
-    "attention_decode",
-    "attention_prefill",
-    "all_reduce",
-    "elementwise_fused",
-    "moe",
-    "step",
-)
+GROUPS: tuple[Group, ...] = get_args(Group)
 # groups no fit uses: every sample is scored (scripts/measure_layer_kernels.py's tables)
 SCORED_ONLY: frozenset[str] = frozenset({"elementwise_fused", "moe", "step"})
 MAX_TOKENS = 4096
@@ -245,7 +235,7 @@ def all_reduce_samples(path: Path) -> list[KernelSample]:
     return samples
 
 
-def _measured_gpu(path: Path) -> str:
+def measured_gpu(path: Path) -> str:
     env_path = path.with_name(f"{path.stem}.environment.json")
     if not env_path.is_file():
         raise ConfigError(str(path), "", f"no {env_path.name} beside it (written by scripts/measure_kernels.py)")
@@ -330,7 +320,7 @@ def measured_samples(path: Path) -> list[KernelSample]:
     shapes were timed with several PyTorch backends; each shape's fastest stands for the engine's
     kernel (FlashAttention-3, which engines run on Hopper, is in none of them; see docs/validation.md).
     """
-    gpu = _measured_gpu(path)
+    gpu = measured_gpu(path)
     frame = pd.read_csv(path)
     missing = {"kernel"}.union(*_NUMERIC.values()) - set(frame.columns)
     if missing:

@@ -24,7 +24,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.cost.base import StepBatch
 from clustersim.cost.ops import Work, moe_experts_work
 from clustersim.errors import ConfigError
-from clustersim.validation.kernels import MEASURED_PREFIX, KernelSample, _measured_gpu
+from clustersim.validation.kernels import MEASURED_PREFIX, KernelSample, measured_gpu
 
 _COLUMNS = ("kernel", "model", "tensor_parallel", "m_tokens", "kv_len", "bytes", "median_s", "note")
 _ELEMENTWISE = ("ew_add_rmsnorm", "ew_silu_mul", "ew_rope")
@@ -120,7 +120,7 @@ def _steps(gpu: str, frame: pd.DataFrame, source: str, catalogue: Catalogue, pat
 def layer_samples(path: Path, catalogue: Catalogue | None = None) -> list[KernelSample]:
     """Every scored sample of one layer-kernel table (its ``NAME.environment.json`` names the GPU)."""
     catalogue = catalogue or Catalogue.builtin()
-    gpu = _measured_gpu(path)
+    gpu = measured_gpu(path)
     frame = _frame(path)
     source = f"{MEASURED_PREFIX}layers/{path.name}"
     return [
