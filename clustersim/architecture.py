@@ -263,6 +263,16 @@ class ModelShape:
         return -(-self.num_layers // pipeline_parallel)
 
 
+def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision, int], ...]:
+    return tuple(sorted(cited.value.items())) if cited is not None else ()
+
+
+def kernels_for(counts: tuple[tuple[Precision, int], ...], precision: Precision) -> int:
+    """The count for weights of ``precision`` (FP16 reads BF16's; none given: 0)."""
+    table = dict(counts)
+    return table.get(precision, table.get("bf16", 0) if precision == "fp16" else 0)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineSpec:
     """A serving engine's per-step costs on top of the kernels, in seconds.
@@ -274,6 +284,9 @@ class EngineSpec:
     launch_overhead_per_layer_eager_s: float = 0.0
     launch_overhead_per_layer_graph_s: float = 0.0
     launch_overhead_per_moe_layer_eager_s: float = 0.0  # more per MoE layer in an eager step (EngineProfile)
+    # launch-bound kernels the op list does not price, by the weights' precision (EngineProfile)
+    small_kernels_per_moe_layer: tuple[tuple[Precision, int], ...] = ()
+    small_kernels_per_mla_layer: tuple[tuple[Precision, int], ...] = ()
     cuda_graph_max_seqs: int = 0
     sampling_per_seq_s: float = 0.0
     cuda_graph_mixed_steps: bool = False  # piecewise graphs: steps of up to cuda_graph_max_seqs tokens
@@ -299,6 +312,8 @@ class EngineSpec:
             launch_overhead_per_layer_eager_s=opt(engine.launch_overhead_per_layer_eager_s),
             launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
             launch_overhead_per_moe_layer_eager_s=opt(engine.launch_overhead_per_moe_layer_eager_s),
+            small_kernels_per_moe_layer=_counts(engine.small_kernels_per_moe_layer),
+            small_kernels_per_mla_layer=_counts(engine.small_kernels_per_mla_layer),
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
             sampling_per_seq_s=opt(engine.sampling_per_seq_s),
             cuda_graph_mixed_steps=bool(engine.cuda_graph_mixed_steps and engine.cuda_graph_mixed_steps.value),

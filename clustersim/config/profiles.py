@@ -12,6 +12,7 @@ from clustersim.config.base import StrictModel
 T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
 KVMemoryRule = Literal["of_total", "static", "of_free"]
+Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # number formats of weights and KV caches
 # GPU generations whose kernels an engine profile scales together (EngineProfile.efficiency)
 GpuFamily = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 
@@ -225,7 +226,12 @@ class EngineProfile(_Physical):
     sampling_per_seq_s) + num_layers x launch overhead (CUDA-graph or eager)``. An eager step of a
     mixture-of-experts model also launches ``launch_overhead_per_moe_layer_eager_s`` per MoE layer (its
     routing, expert and quantisation kernels); those launches run ahead of the GPU, so only the part the
-    step's kernels do not cover adds to it. An engine that
+    step's kernels do not cover adds to it. ``small_kernels_per_moe_layer`` and ``small_kernels_per_mla_layer``:
+    by the weights' precision (block-FP8 weights add an activation-quantisation kernel before each GEMM),
+    the launch-bound kernels the engine runs in each MoE layer (routing top-k, expert sort and alignment,
+    activation quantisation, the reduction of the experts' outputs) and each MLA attention block (its
+    extra norms, quantisation, the absorbed-weight copies) beyond those the roofline prices; each takes
+    at least the GPU's ``elementwise_kernel_latency_s``, in a CUDA graph or not. An engine that
     schedules the next step while the GPU runs this one (vLLM V1 async scheduling, SGLang's overlap
     scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
     GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
@@ -264,6 +270,8 @@ class EngineProfile(_Physical):
     launch_overhead_per_layer_eager_s: Cited[float] | None = None
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
     launch_overhead_per_moe_layer_eager_s: Cited[float] | None = None
+    small_kernels_per_moe_layer: Cited[dict[Precision, int]] | None = None  # by the weights' precision
+    small_kernels_per_mla_layer: Cited[dict[Precision, int]] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None
     cuda_graph_pad_tokens: Cited[int] | None = None
     sampling_per_seq_s: Cited[float] | None = None
@@ -283,6 +291,14 @@ class EngineProfile(_Physical):
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None
+
+    @field_validator("small_kernels_per_moe_layer", "small_kernels_per_mla_layer")
+    @classmethod
+    def _counts(cls, cited: Cited[dict[Precision, int]] | None) -> Cited[dict[Precision, int]] | None:
+        for precision, count in (cited.value if cited is not None else {}).items():
+            if count < 0:
+                raise ValueError(f"{precision}: {count} kernels must be at least 0")
+        return cited
 
 
 def engine_scales(engine: EngineProfile, family: str | None, version: str | None = None) -> EfficiencyScales:

@@ -21,7 +21,7 @@ from pydantic import (
 from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
-from clustersim.config.profiles import checked_release
+from clustersim.config.profiles import Precision, checked_release
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics
@@ -33,7 +33,6 @@ from clustersim.errors import did_you_mean
 from clustersim.replica.batching import POLICIES
 
 # ----------------------------------------------------------------------------- cluster
-Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # number formats of weights and KV caches
 WeightPrecision = Precision
 KVPrecision = Literal["bf16", "fp16", "fp8"]
 Role = Literal["both", "prefill", "decode"]  # what a replica serves: whole requests, or one phase (disaggregation)

@@ -6,7 +6,8 @@ One step of one replica (``tensor_parallel`` x ``pipeline_parallel`` GPUs) costs
   MLPs of dense layers. Each GEMM costs ``kernel latency + blend(compute, memory)``.
 * ``moe``: router, shared experts and the routed experts of MoE layers (only the experts the
   batch touches are read).
-* ``elementwise``: norms, residual adds, rotary embedding, MLP activation (memory-bound kernels).
+* ``elementwise``: norms, residual adds, rotary embedding, MLP activation (memory-bound kernels), and the
+  small routing and quantisation kernels of MoE and MLA layers (:func:`small_kernels`).
 * ``embedding`` and ``lm_head``: once per step (the LM head only for sequences that sample).
 * ``attention_prefill``: causal attention of prefill chunks over prior context and themselves.
 * ``attention_decode``: every decode sequence reads its KV cache; per layer
@@ -37,7 +38,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from clustersim.architecture import GpuSpec, ModelShape
+from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, kernels_for
 from clustersim.cost.base import DecodeStepShape, StepBatch
 from clustersim.cost.ops import (
     Gemm,
@@ -244,6 +245,18 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     )
 
 
+def small_kernels(model: ModelShape, engine: EngineSpec) -> int:
+    """The launch-bound kernels of one step that the op list does not price: the engine's
+    ``small_kernels_per_moe_layer`` in each MoE layer and ``small_kernels_per_mla_layer`` in each MLA
+    attention block (routing, expert alignment, activation quantisation, extra norms and copies). Each
+    lasts at least a small kernel's latency whatever the batch, which is what a small-batch decode of
+    these layers is made of."""
+    precision = model.weight_precision
+    moe = model.num_moe_layers * kernels_for(engine.small_kernels_per_moe_layer, precision) if model.is_moe else 0
+    mla = model.num_layers * kernels_for(engine.small_kernels_per_mla_layer, precision) if model.is_mla else 0
+    return moe + mla
+
+
 def eager_moe_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> float:
     """The launch time of an eager step's MoE kernels beyond the per-layer launches of
     :func:`engine_overhead_s` (``launch_overhead_per_moe_layer_eager_s`` per MoE layer; 0 when graphed).
@@ -288,6 +301,9 @@ def price_step(
                 "memory",
             ),
         ]
+        small_s = small_kernels(model, gpu.engine) * gpu.elementwise_kernel_latency_s
+        if small_s:
+            elementwise.append(OpCost("elementwise", 0.0, 0.0, small_s, "latency"))
         ops.append(_merge("elementwise", elementwise, "memory"))
         ops.append(_kernels("embedding", [_memory_bound_time(embedding_work(tokens, model), gpu)], 1, "memory"))
         head = gemm_time(lm_head_gemm(head_seqs, model, tp), model.head_shape(), gpu)

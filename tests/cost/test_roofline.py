@@ -19,6 +19,7 @@ from clustersim.cost.roofline import (
     overlapped_s,
     padded_tokens,
     send_recv_time_s,
+    small_kernels,
 )
 
 # Toy model: 2 layers, d=8, 2 query heads and 1 KV head of dim 4, gated MLP of 16, vocab 10, 2-byte weights.
@@ -361,6 +362,21 @@ SHAPE_CASES = {
         ),
         tp,
     ),
+    # MLA and MoE layers with the engine's small routing/quantisation kernels, graphed and eager
+    "deepseek-small-kernels": lambda tp: RooflineCostModel(
+        _catalogue_model("DeepSeek-V3", "H200", tp).model,
+        replace(
+            _catalogue_model("DeepSeek-V3", "H200", tp).gpu,
+            engine=EngineSpec(
+                cuda_graph_max_seqs=16,
+                small_kernels_per_moe_layer=(("bf16", 9),),
+                small_kernels_per_mla_layer=(("bf16", 7),),
+                host_overlap_frac=0.5,
+                launch_overhead_per_moe_layer_eager_s=1e-3,
+            ),
+        ),
+        tp,
+    ),
     "llama8b-overlap": lambda tp: RooflineCostModel(
         _catalogue_model("Llama-3.1-8B", "H100-SXM", tp).model,
         replace(
@@ -410,6 +426,41 @@ def test_eager_moe_launches_add_only_what_the_kernels_do_not_cover():
     assert RooflineCostModel(dense, sglang, 8).step_duration_s(one_token) == RooflineCostModel(
         dense, without, 8
     ).step_duration_s(one_token)
+
+
+def test_small_kernels_of_moe_and_mla_layers_take_a_kernel_latency_each_at_any_batch():
+    catalogue = Catalogue.builtin()
+    deepseek = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))  # MLA in 61 layers, MoE in 58
+    mixtral = ModelShape.from_profile(catalogue.model("Mixtral-8x7B"))  # MoE in 32 layers, no MLA
+    dense = ModelShape.from_profile(catalogue.model("Llama-3.1-70B"))
+    base = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm"))
+    none = replace(base, engine=replace(base.engine, small_kernels_per_moe_layer=(), small_kernels_per_mla_layer=()))
+    some = replace(
+        base,
+        engine=replace(
+            base.engine,
+            small_kernels_per_moe_layer=(("bf16", 9), ("fp8", 11)),
+            small_kernels_per_mla_layer=(("bf16", 7),),
+        ),
+    )
+    assert deepseek.weight_precision == "fp8"
+    assert small_kernels(deepseek, some.engine) == 58 * 11  # no FP8 count for MLA: none
+    deepseek = deepseek.with_precision("bf16", None)
+    assert small_kernels(deepseek, some.engine) == 58 * 9 + 61 * 7
+    assert small_kernels(deepseek.with_precision("fp16", None), some.engine) == 58 * 9 + 61 * 7
+    assert small_kernels(mixtral, some.engine) == 32 * 9
+    assert small_kernels(dense, some.engine) == 0
+    for batch in (
+        StepBatch(num_decode_seqs=1, decode_context_tokens=900),
+        StepBatch(num_decode_seqs=256, decode_context_tokens=9e5),
+    ):
+        for model, kernels in ((deepseek, 58 * 9 + 61 * 7), (mixtral, 32 * 9), (dense, 0)):
+            with_s = price_step(batch, model, some, 8).op("elementwise").time_s
+            without_s = price_step(batch, model, none, 8).op("elementwise").time_s
+            assert with_s - without_s == pytest.approx(kernels * base.elementwise_kernel_latency_s, rel=1e-12)
+            assert RooflineCostModel(model, some, 8).step_duration_s(batch) >= RooflineCostModel(
+                model, none, 8
+            ).step_duration_s(batch)
 
 
 FAST_CATALOGUE = Catalogue.builtin()
