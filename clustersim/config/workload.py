@@ -113,7 +113,9 @@ class EmpiricalLengths(StrictModel):
     """Lengths drawn uniformly, with replacement, from observed ones: ``values`` or one column of a trace.
 
     ``trace``: the prompt lengths are used for ``prompt_tokens`` and the output lengths for
-    ``output_tokens``, unless ``lengths_of`` says otherwise. ``max_tokens`` clips.
+    ``output_tokens``, unless ``lengths_of`` says otherwise. ``max_tokens`` clips. ``order: sequence``
+    takes them in their order instead, round and round: what a benchmark client that sends a fixed list
+    of prompts one after another does (request ``k`` of the tenant gets length ``k`` of the list).
     """
 
     kind: Literal["empirical"]
@@ -121,6 +123,7 @@ class EmpiricalLengths(StrictModel):
     trace: TraceFile | None = None
     lengths_of: Literal["prompt", "output"] | None = None
     max_tokens: PositiveInt | None = None
+    order: Literal["random", "sequence"] = "random"
 
     @model_validator(mode="after")
     def _one_source(self) -> EmpiricalLengths:

@@ -56,8 +56,9 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
 @dataclass(frozen=True)
 class LengthShape:
     """A dataset's length distribution at the row's mean lengths: ``lognormal`` with these sigmas (the
-    median set so the mean is the row's), ``uniform`` from 1 to twice the mean, or ``values``: prompts
-    drawn from the dataset's own lengths (``prompt_values``, one entry per prompt) and outputs of the
+    median set so the mean is the row's), ``uniform`` from 1 to twice the mean, ``values``: prompts
+    drawn from the dataset's own lengths (``prompt_values``, one entry per prompt), or ``sequence``: those
+    lengths in the order the benchmark sent them; outputs of the
     row's length."""
 
     kind: str
@@ -69,6 +70,12 @@ class LengthShape:
     prompt_values: tuple[int, ...] = ()
 
 
+# coconut-labs/kvwarden's 200 mixed prompts in request order (a: 785 tokens, b: 3,089, c: 6,161, d: 12,305)
+_KVWARDEN_LENGTHS = {"a": 785, "b": 3089, "c": 6161, "d": 12305}
+_KVWARDEN_ORDER = (
+    "bbbaabcabdbadaaaaccbdbbccacabcbaaaccacabdbbabacaaaababbabcadbbadcabadbaaaacacddcdcbaaadadbcbcacaca"
+    "baacbbaaadbbabcbacdacacbdbbabcbccabbdcababadbbaadbcadbdabdaababaabbaddaaababbadbcaabaccdbaaaabbabdbaba"
+)
 DATASET_SHAPES: dict[str, LengthShape] = {
     "sharegpt": LengthShape(
         "lognormal",
@@ -89,15 +96,16 @@ DATASET_SHAPES: dict[str, LengthShape] = {
         "dataset's per-sample lengths (scenarios/published/mlperf41_*); outputs assumed the same shape",
     ),
     "kvwarden-mixed": LengthShape(
-        "values",
+        "sequence",
         0.0,
         0.0,
         0,
         0,
         "coconut-labs/kvwarden's mixed workload: its per-request results (results/results_vllm_*_20260416_*/"
-        "benchmarks/mixed/vllm_c*_run1.csv, tokens_in) hold 78 prompts of 785 tokens, 62 of 3,089, 34 of "
-        "6,161 and 26 of 12,305 (mean 3,911)",
-        (785,) * 78 + (3089,) * 62 + (6161,) * 34 + (12305,) * 26,
+        "benchmarks/mixed/vllm_c*_run1.csv, tokens_in by request_id) hold 78 prompts of 785 tokens, 62 of "
+        "3,089, 34 of 6,161 and 26 of 12,305 (mean 3,911), sent in the same order at every level and on both "
+        "GPUs (its closed-loop client takes the list in order); replayed in that order",
+        tuple(_KVWARDEN_LENGTHS[code] for code in _KVWARDEN_ORDER),
     ),
     "random-uniform": LengthShape(
         "uniform",
@@ -220,8 +228,10 @@ def _lengths(row: CorpusRow) -> tuple[dict[str, Any] | None, str | None, str | N
         return fixed, None, None
     shape = DATASET_SHAPES.get(row.dataset, GENERIC_SHAPE)
 
-    if shape.kind == "values":
-        drawn_prompts = {"kind": "empirical", "values": list(shape.prompt_values)}
+    if shape.kind in ("values", "sequence"):
+        drawn_prompts: dict[str, Any] = {"kind": "empirical", "values": list(shape.prompt_values)}
+        if shape.kind == "sequence":
+            drawn_prompts["order"] = "sequence"
         return (
             {"prompt_tokens": drawn_prompts, "output_tokens": {"kind": "fixed", "tokens": output}},
             (f"{row.dataset} lengths: {shape.source}"),

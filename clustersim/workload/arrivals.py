@@ -24,6 +24,7 @@ from clustersim.config.workload import (
     ArrivalProcess,
     ClosedLoopArrivals,
     DiurnalArrivals,
+    EmpiricalLengths,
     ExplicitArrivals,
     ExponentialTime,
     FixedTime,
@@ -37,7 +38,7 @@ from clustersim.config.workload import (
     TraceArrivals,
 )
 from clustersim.registry import Registry
-from clustersim.workload.lengths import sample_lengths
+from clustersim.workload.lengths import sample_lengths, sequence_chunks
 from clustersim.workload.traces import TenantData, TraceTable
 
 ArrivalTuple = tuple[float, int, int]
@@ -147,7 +148,11 @@ def diurnal_times(arrival: DiurnalArrivals, rng: np.random.Generator) -> Iterato
 def length_chunks(
     dist: LengthDistribution, rng: np.random.Generator, observed: NDArray[np.int64] | None
 ) -> Iterator[NDArray[np.int64]]:
-    """Endless chunks of ``DRAW_CHUNK`` lengths."""
+    """Endless chunks of ``DRAW_CHUNK`` lengths (``empirical`` lengths in ``sequence`` order: the
+    lengths in their order, round and round, drawing nothing from ``rng``)."""
+    if isinstance(dist, EmpiricalLengths) and dist.order == "sequence":
+        yield from sequence_chunks(dist, observed, DRAW_CHUNK)
+        return
     while True:
         yield sample_lengths(dist, rng, DRAW_CHUNK, observed)
 
@@ -189,18 +194,18 @@ def _times(tenant: Tenant, seed: int) -> Iterator[NDArray[np.float64]]:
 def _synthetic(tenant: Tenant, seed: int, data: TenantData) -> Iterator[ArrivalTuple]:
     """Open-loop arrival times zipped with length draws (lengths drawn in the same chunk sizes)."""
     assert tenant.prompt_tokens is not None and tenant.output_tokens is not None
-    prompt_rng = tenant_rng(seed, tenant.name, STREAM_PROMPT)
-    output_rng = tenant_rng(seed, tenant.name, STREAM_OUTPUT)
+    prompt_chunks = length_chunks(
+        tenant.prompt_tokens, tenant_rng(seed, tenant.name, STREAM_PROMPT), data.observed_prompt_tokens
+    )
+    output_chunks = length_chunks(
+        tenant.output_tokens, tenant_rng(seed, tenant.name, STREAM_OUTPUT), data.observed_output_tokens
+    )
     prompts: list[int] = []
     outputs: list[int] = []
     for times in _times(tenant, seed):
         while len(prompts) < times.size:  # thinning and stage ends yield short chunks
-            prompts += sample_lengths(
-                tenant.prompt_tokens, prompt_rng, DRAW_CHUNK, data.observed_prompt_tokens
-            ).tolist()
-            outputs += sample_lengths(
-                tenant.output_tokens, output_rng, DRAW_CHUNK, data.observed_output_tokens
-            ).tolist()
+            prompts += next(prompt_chunks).tolist()
+            outputs += next(output_chunks).tolist()
         n = times.size
         yield from zip(times.tolist(), prompts[:n], outputs[:n], strict=True)
         del prompts[:n], outputs[:n]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from numpy.typing import NDArray
@@ -55,6 +55,19 @@ def _empirical(dist: LengthDistribution, rng: np.random.Generator, num: int, obs
         raise ValueError("an empirical length distribution needs at least one observed length")
     values = pool[rng.integers(0, pool.size, size=num)]
     return np.minimum(values, dist.max_tokens) if dist.max_tokens is not None else values
+
+
+def sequence_chunks(dist: EmpiricalLengths, observed: Observed, num: int) -> Iterator[NDArray[np.int64]]:
+    """Endless chunks of ``num`` lengths taken in their order, round and round (``order: sequence``)."""
+    pool = observed if observed is not None else np.asarray(dist.values, dtype=np.int64)
+    if pool.size == 0:
+        raise ValueError("an empirical length distribution needs at least one observed length")
+    if dist.max_tokens is not None:
+        pool = np.minimum(pool, dist.max_tokens)
+    start = 0
+    while True:
+        yield pool[(start + np.arange(num)) % pool.size]
+        start = (start + num) % pool.size
 
 
 LENGTHS: Registry[Sampler] = Registry(

@@ -170,3 +170,6 @@ def test_a_dataset_of_published_prompt_lengths_draws_from_them():
     assert sum(values) / len(values) == pytest.approx(3911, abs=1)  # the row's mean
     assert tenant["output_tokens"] == {"kind": "fixed", "tokens": 512}
     assert any("kvwarden" in a for a in built.assumptions)
+    # sent in the publisher's request order (vllm_c*_run1.csv by request_id): 3,089 x 3, then 785 x 2, ...
+    assert tenant["prompt_tokens"]["order"] == "sequence"
+    assert values[:6] == [3089, 3089, 3089, 785, 785, 3089] and len(values) == 200

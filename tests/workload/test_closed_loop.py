@@ -53,6 +53,16 @@ def test_zero_think_time_resends_at_the_instant_the_answer_ends(run_mapping):
     ]
 
 
+@pytest.mark.parametrize("arrival", ["closed_loop", "poisson"])
+def test_lengths_in_sequence_go_to_requests_in_the_order_they_are_sent(run_mapping, arrival):
+    raw = closed_loop(3, {"kind": "fixed", "time_s": 0.5}, 7, ramp_up_s=0.3)
+    if arrival == "poisson":
+        raw["workload"]["tenants"][0]["arrival"] = {"kind": "poisson", "rate_per_s": 2.0}
+    raw["workload"]["tenants"][0]["prompt_tokens"] = {"kind": "empirical", "values": [11, 22, 33], "order": "sequence"}
+    rows = sorted(read_requests(run_mapping(raw)), key=lambda r: (r["arrival_at_s"], r["request_id"]))
+    assert [r["prompt_tokens"] for r in rows] == [11, 22, 33, 11, 22, 33, 11]
+
+
 def test_rejected_requests_end_too_and_the_user_carries_on(run_mapping):
     raw = closed_loop(1, {"kind": "fixed", "time_s": 2.0}, 3)
     raw["workload"]["tenants"][0]["prompt_tokens"] = {"kind": "empirical", "values": [10, 5000]}

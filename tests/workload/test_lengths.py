@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from clustersim.config.workload import EmpiricalLengths, ExponentialLengths
+from clustersim.workload.arrivals import DRAW_CHUNK, length_chunks
 from clustersim.workload.lengths import sample_lengths
 
 
@@ -44,3 +45,18 @@ def test_empirical_observed_lengths_override_and_clip():
     )
     values = sample_lengths(dist, np.random.default_rng(1), 1000, observed=np.array([7, 700], dtype=np.int64))
     assert set(values.tolist()) == {7, 100}
+
+
+def test_empirical_lengths_in_sequence_are_taken_in_order_round_and_round_across_chunks():
+    dist = EmpiricalLengths(kind="empirical", values=(5, 50, 500), order="sequence", max_tokens=100)
+    chunks = length_chunks(dist, np.random.default_rng(1), None)
+    first, second = next(chunks), next(chunks)
+    assert first.size == DRAW_CHUNK and first[:4].tolist() == [5, 50, 100, 5]
+    both = np.concatenate([first, second])
+    assert both.tolist() == [(5, 50, 100)[i % 3] for i in range(2 * DRAW_CHUNK)]  # no jump at the chunk edge
+    observed = length_chunks(
+        EmpiricalLengths(kind="empirical", trace={"path": "x.csv", "format": "azure"}, order="sequence"),
+        np.random.default_rng(1),
+        np.array([9, 8, 7], dtype=np.int64),
+    )
+    assert next(observed)[:5].tolist() == [9, 8, 7, 9, 8]
