@@ -87,17 +87,22 @@ class Work:
     query_tiles: float = 0.0
 
 
-def moe_experts_work(num_tokens: int, model: ModelShape, tensor_parallel: int) -> Work:
+def moe_experts_work(
+    num_tokens: int, model: ModelShape, tensor_parallel: int, routing_tokens: int | None = None
+) -> Work:
     """Routed experts of one MoE layer: only the experts some token picks are read (fused MoE kernel).
 
     FLOPs: every token runs ``top_k`` expert MLPs. Weights: the expected number of distinct experts
-    touched; activations: each routed token copy is read and written at each of the two GEMMs.
+    touched by ``routing_tokens`` independently routed tokens (default: all of them; a CUDA graph's
+    padding rows are copies of one dummy token, which all pick the same experts: count them once);
+    activations: each routed token copy is read and written at each of the two GEMMs.
     """
     if num_tokens == 0 or not model.is_moe:
         return Work(0.0, 0.0, 0)
     routed = num_tokens * model.num_experts_per_token
     up, down = mlp_gemms(routed, model.moe_intermediate_size, model, tensor_parallel)
-    touched = expected_experts_touched(num_tokens, model.num_experts, model.num_experts_per_token)
+    independent = num_tokens if routing_tokens is None else min(routing_tokens, num_tokens)
+    touched = expected_experts_touched(independent, model.num_experts, model.num_experts_per_token)
     weight_bytes = touched * (up.weight_elements() + down.weight_elements()) * model.weight_bytes_per_param
     activation_bytes = routed * (up.k + up.n + down.k + down.n) * model.activation_bytes_per_element
     return Work(up.flops() + down.flops(), weight_bytes + activation_bytes, 2)

@@ -266,14 +266,30 @@ def eager_moe_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> flo
     return model.num_moe_layers * gpu.engine.launch_overhead_per_moe_layer_eager_s
 
 
+def routing_tokens(batch: StepBatch, padded: int) -> int:
+    """The tokens of a step that pick their experts independently: its own, and its CUDA-graph padding
+    rows (copies of one dummy token, which all pick the same experts) as one more."""
+    return batch.num_tokens + (1 if padded > batch.num_tokens else 0)
+
+
 def price_step(
-    batch: StepBatch, model: ModelShape, gpu: GpuSpec, tensor_parallel: int, pipeline_parallel: int = 1
+    batch: StepBatch,
+    model: ModelShape,
+    gpu: GpuSpec,
+    tensor_parallel: int,
+    pipeline_parallel: int = 1,
+    *,
+    routed_independently: int | None = None,
 ) -> StepCost:
-    """Price one iteration of ``batch`` on a replica of ``tensor_parallel x pipeline_parallel`` GPUs."""
+    """Price one iteration of ``batch`` on a replica of ``tensor_parallel x pipeline_parallel`` GPUs.
+
+    ``routed_independently``: the MoE tokens that pick experts independently (default
+    :func:`routing_tokens`), for pricing a padded size as a batch of its own."""
     tp, pp = tensor_parallel, pipeline_parallel
     layers = model.num_layers
     ops: list[OpCost] = []
     tokens = padded_tokens(batch, gpu)  # a graphed step computes its padded size
+    routed = routed_independently if routed_independently is not None else routing_tokens(batch, tokens)
     head_seqs = batch.num_seqs + (tokens - batch.num_tokens if not batch.prefill_new_tokens else 0)
     if tokens > 0:
         attention = [gemm_time(g, model, gpu) for g in attention_gemms(tokens, model, tp)]
@@ -285,7 +301,7 @@ def price_step(
         ops.append(linear)
         if model.is_moe:
             moe_parts = [gemm_time(g, model, gpu) for g in moe_dense_gemms(tokens, model, tp)]
-            moe_parts.append(grouped_time(moe_experts_work(tokens, model, tp), model, gpu))
+            moe_parts.append(grouped_time(moe_experts_work(tokens, model, tp, routed), model, gpu))
             ops.append(_kernels("moe", moe_parts, model.num_moe_layers))
         elementwise = [
             _kernels(
@@ -384,7 +400,7 @@ class RooflineCostModel:
     gpu: GpuSpec
     tensor_parallel: int
     pipeline_parallel: int = 1
-    _token_ops_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _token_ops_s: dict[tuple[int, int], float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _lm_head_s: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _one_prompt_attention_s: dict[tuple[int, int], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -410,13 +426,16 @@ class RooflineCostModel:
         if batch.num_tokens == 0:
             return self.price(batch).duration_s
         tokens = padded_tokens(batch, self.gpu)
-        token_ops_s = self._token_ops_s.get(tokens)
+        routed = routing_tokens(batch, tokens) if self.model.is_moe else tokens
+        token_ops_s = self._token_ops_s.get((tokens, routed))
         if token_ops_s is None:  # the padded size, priced as is
             priced = price_step(
                 StepBatch(prefill_new_tokens=(tokens,), prefill_context_tokens=(0,)),
                 self.model, self._unpadded(), self.tensor_parallel, self.pipeline_parallel,
+                routed_independently=routed,
             )  # fmt: skip
-            token_ops_s = self._token_ops_s[tokens] = sum(op.time_s for op in priced.ops if op.name in _TOKEN_OPS)
+            token_ops_s = sum(op.time_s for op in priced.ops if op.name in _TOKEN_OPS)
+            self._token_ops_s[(tokens, routed)] = token_ops_s
         num_seqs = batch.num_seqs + (tokens - batch.num_tokens if not batch.prefill_new_tokens else 0)
         lm_head_s = self._lm_head_s.get(num_seqs)
         if lm_head_s is None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
+from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
 from clustersim.cost.roofline import (
     all_reduce_time_s,
     blend_s,
@@ -515,3 +516,31 @@ def test_graphed_decode_steps_run_at_the_next_captured_size(tokens, padded):
     # a step too large for a graph is not padded
     eager = replace(GPU, engine=replace(engine, cuda_graph_max_seqs=2))
     assert padded_tokens(decode, eager) == (tokens if tokens > 2 else padded)
+
+
+@pytest.mark.parametrize(("tokens", "padded"), [(3, 4), (9, 16), (16, 16)])
+def test_graph_padding_rows_route_to_the_same_experts(tokens, padded):
+    # padding rows are copies of one dummy token: they read the experts of one more token, not of padded - tokens
+    mixtral = ModelShape.from_profile(FAST_CATALOGUE.model("Mixtral-8x7B"))
+    gpu = GpuSpec.from_profiles(FAST_CATALOGUE.hardware("H100-SXM"), FAST_CATALOGUE.engine("vllm"))
+    assert gpu.engine.cuda_graph_pad_tokens == 8
+    decode = StepBatch(num_decode_seqs=tokens, decode_context_tokens=tokens * 100)
+    assert padded_tokens(decode, gpu) == padded
+    moe = price_step(decode, mixtral, gpu, 2).op("moe")
+    independent = tokens + (1 if padded > tokens else 0)
+    work = moe_experts_work(padded, mixtral, 2, independent)
+    assert work.flops == moe_experts_work(padded, mixtral, 2).flops  # every padded row computes
+    if padded > tokens + 1:
+        assert work.bytes < moe_experts_work(padded, mixtral, 2).bytes
+    up, down = mlp_gemms(1, mixtral.moe_intermediate_size, mixtral, 2)
+    expert_bytes = (up.weight_elements() + down.weight_elements()) * mixtral.weight_bytes_per_param
+    touched = expected_experts_touched(independent, 8, 2) - expected_experts_touched(padded, 8, 2)
+    assert work.bytes - moe_experts_work(padded, mixtral, 2).bytes == pytest.approx(touched * expert_bytes)
+    expected = price_step(
+        StepBatch(prefill_new_tokens=(padded,), prefill_context_tokens=(0,)),
+        mixtral,
+        replace(gpu, engine=replace(gpu.engine, cuda_graph_pad_tokens=1)),
+        2,
+        routed_independently=independent,
+    ).op("moe")
+    assert moe.time_s == pytest.approx(expected.time_s, rel=1e-12) and moe.bytes == pytest.approx(expected.bytes)
