@@ -90,8 +90,6 @@ KNOWN_GAPS: dict[str, tuple[float, str]] = {
         28.0,
         "no corpus row has TensorRT-LLM on Ampere: its scales there are its engine factor times Ampere's family factor",
     ),
-    "trtllm061_a100_l70b_tput": (21.0, "as trtllm061_a100_l7b_tput"),
-    "trtllm061_a100_l7b_ttft2048": (21.0, "as trtllm061_a100_l7b_tput"),
     "trtllm061_a100_l70b_ttft2048": (24.0, "as trtllm061_a100_l7b_tput"),
 }
 
