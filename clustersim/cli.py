@@ -33,7 +33,7 @@ from clustersim.config.profiles import checked_release
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
-from clustersim.cost.roofline import RooflineCostModel
+from clustersim.cost.roofline import RooflineCostModel, small_kernels
 from clustersim.errors import ClusterSimError, did_you_mean, one_line
 from clustersim.eventlog import RunLog
 from clustersim.guard import EXIT_BUG, GuardedGroup, fail
@@ -311,6 +311,12 @@ def step(
         f"{context_tokens} context, prefill {prefill_tokens} (+{prefill_context} prior)"
     )
     click.echo(format_breakdown(cost))
+    if kernels := small_kernels(shape, gpu.engine):
+        click.echo(
+            f"elementwise includes {kernels} small kernels of MoE and MLA layers "
+            f"({kernels * gpu.elementwise_kernel_latency_s * 1e3:.3f} ms: routing, expert alignment, quantisation, "
+            "norms; the engine profile's small_kernels_per_moe_layer / small_kernels_per_mla_layer)"
+        )
     family = hardware_profile.family.value if hardware_profile.family is not None else None
     if engine_version and not any(r.gpu_family == family for r in engine_profile.kernel_releases):
         click.echo(

@@ -45,3 +45,14 @@ def test_step_says_when_a_release_changes_nothing():
     note = "note: engine vllm records no kernel releases on H100-SXM: release 0.4.2 is priced as its current one"
     assert note in older.output
     assert older.output.splitlines()[-2] == today.output.splitlines()[-1]  # the same step time
+
+
+def test_step_says_how_much_of_elementwise_is_the_small_kernels_of_moe_and_mla_layers():
+    args = ["step", "--hardware", "H100-SXM", "--model", "DeepSeek-V3", "--engine", "sglang", "--tp", "8"]
+    deepseek = CliRunner().invoke(main, args)
+    assert deepseek.exit_code == 0, deepseek.output
+    # SGLang: 6 per FP8 MoE layer (58) and 8 per FP8 MLA block (61), 3.7 us each on an H100
+    line = next(x for x in deepseek.output.splitlines() if x.startswith("elementwise includes"))
+    assert line.startswith("elementwise includes 836 small kernels of MoE and MLA layers (3.093 ms")
+    dense = CliRunner().invoke(main, ["step", "--hardware", "H100-SXM", "--model", "Llama-3.1-8B"])
+    assert "small kernels" not in dense.output
