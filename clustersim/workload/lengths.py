@@ -48,20 +48,24 @@ def _exponential(dist: LengthDistribution, rng: np.random.Generator, num: int, o
     return np.clip(raw, 1, upper).astype(np.int64)
 
 
-def _empirical(dist: LengthDistribution, rng: np.random.Generator, num: int, observed: Observed) -> NDArray[np.int64]:
-    assert isinstance(dist, EmpiricalLengths)
+def _pool(dist: EmpiricalLengths, observed: Observed) -> NDArray[np.int64]:
+    """The lengths an ``empirical`` distribution takes from: a trace's, else its inline ``values``."""
     pool = observed if observed is not None else np.asarray(dist.values, dtype=np.int64)
     if pool.size == 0:
         raise ValueError("an empirical length distribution needs at least one observed length")
+    return pool
+
+
+def _empirical(dist: LengthDistribution, rng: np.random.Generator, num: int, observed: Observed) -> NDArray[np.int64]:
+    assert isinstance(dist, EmpiricalLengths)
+    pool = _pool(dist, observed)
     values = pool[rng.integers(0, pool.size, size=num)]
     return np.minimum(values, dist.max_tokens) if dist.max_tokens is not None else values
 
 
 def sequence_chunks(dist: EmpiricalLengths, observed: Observed, num: int) -> Iterator[NDArray[np.int64]]:
     """Endless chunks of ``num`` lengths taken in their order, round and round (``order: sequence``)."""
-    pool = observed if observed is not None else np.asarray(dist.values, dtype=np.int64)
-    if pool.size == 0:
-        raise ValueError("an empirical length distribution needs at least one observed length")
+    pool = _pool(dist, observed)
     if dist.max_tokens is not None:
         pool = np.minimum(pool, dist.max_tokens)
     start = 0
