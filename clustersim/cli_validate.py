@@ -25,7 +25,7 @@ from clustersim.validation.corpusreport import (
     rows_table,
     skipped_table,
 )
-from clustersim.validation.crossval import CorpusFit, fit_corpus, write_efficiency
+from clustersim.validation.crossval import CorpusFit, fit_corpus, folds_summary, write_efficiency
 from clustersim.validation.feasibility import infeasible_ttft
 from clustersim.validation.runcorpus import RowOutcome, comparisons, run_corpus, write_tables
 
@@ -75,16 +75,16 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.option(
     "--iterations",
     type=click.IntRange(min=1),
-    default=8,
+    default=12,
     show_default=True,
-    help="Solver evaluations of the all-rows fit.",
+    help="Solver evaluations of the all-rows fit, at most (it stops when converged).",
 )
 @click.option(
     "--fold-iterations",
     type=click.IntRange(min=1),
-    default=3,
+    default=16,
     show_default=True,
-    help="... of each leave-one-publisher-out fit.",
+    help="... of each leave-one-publisher-out fit, at most (each stops when converged).",
 )
 @click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
 @click.option("--no-cv", is_flag=True, help="With --fit: skip the leave-one-publisher-out fits (in-sample only).")
@@ -110,7 +110,8 @@ def validate_command(
     are reused when the same folder is given again (only rows whose scenario or profiles changed run).
     With --fit, the engines' efficiency scales are fitted to the corpus instead, and every row is
     predicted by a fit that never saw its publisher (leave-one-publisher-out): those errors are the
-    ones to quote.
+    ones to quote. Each fit stops when converged or at its cap of evaluations; its outcome is kept
+    under --out/fits/, so the same --out again resumes an interrupted fit.
     """
     started = time.perf_counter()
     if (write_profiles or no_cv) and not do_fit:
@@ -172,9 +173,9 @@ class FitOptions:
 def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, options: FitOptions,
          doc: str | None) -> None:  # fmt: skip
     say = (lambda message: None) if options.quiet else (lambda message: click.echo(message, err=True))
-    result = fit_corpus(rows, catalogue, options.jobs, options.iterations, say, options.fold_iterations,
-                        options.cross_validate)  # fmt: skip
-    with claimed_folder(folder):
+    with claimed_folder(folder):  # held while fitting: its fits/ resume an interrupted fit
+        result = fit_corpus(rows, catalogue, options.jobs, options.iterations, say, options.fold_iterations,
+                            options.cross_validate, folder / "fits")  # fmt: skip
         for name, outcomes in (("cross-validated", result.cross_validated), ("in-sample", result.in_sample)):
             (folder / name).mkdir(exist_ok=True)
             write_tables([*outcomes, *result.skipped], folder / name)
@@ -186,6 +187,8 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
     if options.cross_validate:
         heading = "leave-one-publisher-out error (each publisher predicted by a fit without it)"
         cv = _report(result.cross_validated, heading)
+        click.echo(folds_summary(result))
+        cv = (f"{cv[0]}\n\n{folds_summary(result)}", cv[1], cv[2])
     _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
     click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
     if options.cross_validate:

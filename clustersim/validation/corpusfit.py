@@ -58,6 +58,7 @@ from clustersim.validation.rowscenario import RowScenario
 from clustersim.validation.runcorpus import METRIC_KINDS
 
 SCALE_BOUND = 2.0  # |log(scale)| at most: a scale in [0.14, 7.4]
+FIT_FTOL = 1e-3  # a fit has converged when a step lowers its cost by less than this share of it
 PRIOR_WEIGHT = 0.3  # the pull of log(scale) towards 0, against residuals in log units
 INTERACTION_PRIOR_WEIGHT = 1.0  # one engine on one family: shared factors explain what they can first
 FAILED_RESIDUAL = 2.0  # a row that cannot be simulated with a candidate
@@ -291,6 +292,7 @@ class Evaluator:
         self.root, self.pool, self.scratch = catalogue_root, pool, scratch
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
         self.num_runs = 0
+        self.rows_run = 0  # rows simulated, Jacobians included
 
     def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
                 offsets: Mapping[Atom, float] | None = None,
@@ -303,6 +305,7 @@ class Evaluator:
         root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
         self.num_runs += 1
+        self.rows_run += len(todo)
         found = predict_all([_task(r, search) for r in todo], root, self.pool)
         if only is None and not search:
             self.cache[key] = found
@@ -353,10 +356,25 @@ def _jacobian(ev: Evaluator, x: NDArray[np.float64], active: Sequence[int]) -> N
     return jac
 
 
+@dataclass(frozen=True)
+class FitOutcome:
+    """Where a fit ended: the full parameter vector, the solver's evaluations of every row (Jacobians
+    apart) and whether it converged (the cost fell by less than ``FIT_FTOL`` of itself in a step) or
+    stopped at its cap of evaluations."""
+
+    x: NDArray[np.float64]
+    evaluations: int
+    converged: bool
+
+
 def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_iterations: int = 8,
-        on_step: Callable[[int, float], None] | None = None) -> NDArray[np.float64]:  # fmt: skip
-    """Fit the ``active`` parameters from ``x0`` (the others stay); returns the full vector."""
+        on_step: Callable[[int, float], None] | None = None, jacobian_every: int = 1) -> FitOutcome:  # fmt: skip
+    """Fit the ``active`` parameters from ``x0`` (the others stay), taking the Jacobian afresh at every
+    ``jacobian_every``-th accepted step and reusing the last one in between (each costs a run of every
+    row per engine-and-family product it touches, the steps one run of every row)."""
     x = x0.copy()
+    calls = 0
+    last: list[NDArray[np.float64]] = []
 
     def full(sub: NDArray[np.float64]) -> NDArray[np.float64]:
         x[list(active)] = sub
@@ -368,17 +386,25 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
             on_step(ev.num_runs, float(np.sum(np.abs(vector))))
         return vector
 
+    def jacobian(sub: NDArray[np.float64]) -> NDArray[np.float64]:
+        nonlocal calls
+        if not last or calls % jacobian_every == 0:
+            last[:] = [_jacobian(ev, full(sub), active)]
+        calls += 1
+        return last[0]
+
     result = least_squares(
         fun,
         x0[list(active)],
-        jac=lambda sub: _jacobian(ev, full(sub), active),
+        jac=jacobian,
         bounds=tuple(zip(*(solver_bounds(ev.params[i]) for i in active), strict=True)),
         loss="soft_l1",
         f_scale=0.3,
         max_nfev=max_iterations,
         x_scale=1.0,
+        ftol=FIT_FTOL,
     )
-    return full(result.x)
+    return FitOutcome(full(result.x), int(result.nfev), bool(result.status > 0))
 
 
 def scratch_dir() -> Path:

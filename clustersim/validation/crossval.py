@@ -11,7 +11,7 @@ import re
 import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +21,11 @@ from clustersim.sweeps.backends import default_jobs
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
     FAMILIES,
+    FIT_FTOL,
     SCALE_FIELDS,
     Atom,
     Evaluator,
+    FitOutcome,
     FitParam,
     FitRow,
     atom_scales,
@@ -35,9 +37,10 @@ from clustersim.validation.corpusfit import (
     scratch_dir,
     solver_start,
 )
+from clustersim.validation.fitcache import cached_fit, fit_key
 from clustersim.validation.predict import Prediction
 from clustersim.validation.rowscenario import row_scenario
-from clustersim.validation.runcorpus import RowOutcome
+from clustersim.validation.runcorpus import RowOutcome, profiles_sha256
 
 OnProgress = Callable[[str], None]
 
@@ -52,6 +55,7 @@ class CorpusFit:
     in_sample: list[RowOutcome]
     cross_validated: list[RowOutcome]
     skipped: list[RowOutcome]
+    folds: dict[str, FitOutcome] = field(default_factory=dict)  # each publisher's fold: how it ended
 
 
 def _touched(param: FitParam, rows: Sequence[FitRow]) -> bool:
@@ -68,6 +72,10 @@ def _outcomes(rows: Sequence[FitRow], predictions: dict[str, Prediction | None])
     return found
 
 
+FOLD_JACOBIAN_EVERY = 3  # a fold takes its Jacobian afresh at every third step (tested: the optimum of a
+# Jacobian at every step, at half the runs; one Jacobian for the whole fold stopped short of it)
+
+
 def fit_corpus(
     rows: Sequence[CorpusRow],
     catalogue: Catalogue,
@@ -76,14 +84,17 @@ def fit_corpus(
     on_progress: OnProgress | None = None,
     fold_iterations: int | None = None,
     cross_validate: bool = True,
+    checkpoints: Path | None = None,
 ) -> CorpusFit:
-    """Fit on every simulable row, then (``cross_validate``) once per publisher without its rows."""
+    """Fit on every simulable row, then (``cross_validate``) once per publisher without its rows; each
+    fit's outcome is kept under ``checkpoints`` and reused from there while its inputs are the same."""
     say = on_progress or (lambda _: None)
     built = [row_scenario(r, catalogue) for r in rows]
     skipped = [RowOutcome(b.row, "skipped", b.skip_reason or "", {}, {}) for b in built if b.mapping is None]
     frows = fit_rows(built, catalogue)
     params = parameters(frows)
     base = reference_engines(catalogue)
+    profiles_hash = profiles_sha256(catalogue.root)
     scratch = scratch_dir()
     try:
         with ProcessPoolExecutor(max_workers=jobs or default_jobs()) as pool:
@@ -94,11 +105,21 @@ def fit_corpus(
             def progress(name: str) -> Callable[[int, float], None]:
                 return lambda runs, cost: say(f"{name}: evaluation {runs}, sum |residual| {cost:.2f}")
 
+            def solve(name: str, subset: Sequence[FitRow], x0: np.ndarray, active: list[int], iterations: int,
+                      every: int) -> FitOutcome:  # fmt: skip
+                key = fit_key(profiles_hash, subset, params, x0, active, iterations, every)
+                ev = evaluator(subset, name)
+                return cached_fit(checkpoints, name, key,
+                                  lambda: fit(ev, x0, active, iterations, progress(name), every))  # fmt: skip
+
             everything = evaluator(frows, "all")
             start = np.asarray([solver_start(p) for p in params])
-            x_all = fit(everything, start, range(len(params)), max_iterations, progress("all rows"))
+            all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
+            say(f"all rows: {_fold_line(all_rows)}")
+            x_all = all_rows.x
             in_sample = everything.predict(x_all, search=True)
             held_out: dict[str, Prediction | None] = {}
+            folds: dict[str, FitOutcome] = {}
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
@@ -107,19 +128,37 @@ def fit_corpus(
                     if _touched(p, held):
                         fold_start[i] = solver_start(p)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
-                fold = evaluator(train, f"without-{publisher}")
-                iterations = fold_iterations or max_iterations
-                x_fold = (
-                    fit(fold, fold_start, active, iterations, progress(f"without {publisher}"))
-                    if active
-                    else fold_start
-                )
+                x_fold = fold_start
+                if active:
+                    iterations = fold_iterations or max_iterations
+                    folds[publisher] = solve(f"without-{publisher}", train, fold_start, active, iterations,
+                                             FOLD_JACOBIAN_EVERY)  # fmt: skip
+                    x_fold = folds[publisher].x
+                    say(f"without {publisher}: {_fold_line(folds[publisher])}")
                 held_out.update(evaluator(held, f"held-{publisher}").predict(x_fold, search=True))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     counts = {p.label: sum(p.touches_row(r) for r in frows) for p in params}
     values = [natural(p, x) for p, x in zip(params, x_all, strict=True)]
-    return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(frows, held_out), skipped)
+    return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(frows, held_out), skipped,
+                     folds)  # fmt: skip
+
+
+def _fold_line(outcome: FitOutcome) -> str:
+    state = "converged" if outcome.converged else "stopped at its cap"
+    return f"{state} after {outcome.evaluations} evaluations"
+
+
+def folds_summary(result: CorpusFit) -> str:
+    """One sentence on how the leave-one-publisher-out fits ended (converged, or stopped at their cap)."""
+    if not result.folds:
+        return ""
+    capped = sorted(name for name, outcome in result.folds.items() if not outcome.converged)
+    evaluations = [outcome.evaluations for outcome in result.folds.values()]
+    text = (f"{len(result.folds) - len(capped)} of {len(result.folds)} leave-one-publisher-out fits converged "
+            f"(a step lowered the cost by under {FIT_FTOL:.1%} of it; {min(evaluations)}-{max(evaluations)} "
+            "evaluations each")  # fmt: skip
+    return text + (f"; stopped at the cap of evaluations: {', '.join(capped)})." if capped else ").")
 
 
 def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
