@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from clustersim.config.catalogue import Catalogue
+from clustersim.validation import corpusfit
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
     INTERACTION_PRIOR_WEIGHT,
@@ -169,3 +170,47 @@ def test_a_bounded_row_is_fitted_at_its_published_rate_and_reported_at_its_bound
     assert _task(bounded, search=True).rate_factor is None  # searched: the highest meeting the bounds
     plain = SimpleNamespace(task=RowTask("p", {}, False))
     assert _task(plain, search=False) is plain.task
+
+
+def _closed_form_rows(truth: np.ndarray):
+    """Two rows (H100, A100) whose published throughput is the closed form at ``truth``."""
+    rows = [dataclasses.replace(BASE, row_id=f"a-{gpu}", publisher="a", gpu=gpu) for gpu in ("H100-SXM", "A100-80GB")]
+    frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    params = parameters(frows)
+    made = _ClosedForm(frows, params).predict(truth[: len(params)])
+    published = [dataclasses.replace(r.row, metrics={"output_tok_per_s": made[r.row.row_id]["output_tok_per_s"]})
+                 for r in frows]  # fmt: skip
+    frows = [dataclasses.replace(r, row=p) for r, p in zip(frows, published, strict=True)]
+    return frows, params
+
+
+def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_optimum(monkeypatch):
+    frows, params = _closed_form_rows(np.full(32, -0.1))
+    ev = _ClosedForm(frows, params)
+    taken = []
+
+    def counted(*args):
+        taken.append(1)
+        return _jacobian(*args)
+
+    monkeypatch.setattr(corpusfit, "_jacobian", counted)
+    active = list(range(len(params)))
+    every_step = corpusfit.fit(ev, np.zeros(len(params)), active, 40)  # type: ignore[arg-type]
+    jacobians_every_step = len(taken)
+    taken.clear()
+    every_third = corpusfit.fit(ev, np.zeros(len(params)), active, 40, None, 3)  # type: ignore[arg-type]
+    assert every_step.converged and every_third.converged
+    assert every_step.evaluations < 40 and every_third.evaluations < 40
+    assert len(taken) <= (every_third.evaluations + 2) // 3 and jacobians_every_step >= 2
+    fitted = ev.predict(every_third.x)
+    for r in frows:  # the same optimum: the rows' throughputs as the full-Jacobian fit has them
+        assert fitted[r.row.row_id]["output_tok_per_s"] == pytest.approx(
+            ev.predict(every_step.x)[r.row.row_id]["output_tok_per_s"], rel=0.01
+        )
+        assert fitted[r.row.row_id]["output_tok_per_s"] == pytest.approx(r.row.metrics["output_tok_per_s"], rel=0.05)
+
+
+def test_a_fit_at_its_cap_says_it_did_not_converge():
+    frows, params = _closed_form_rows(np.full(32, -0.3))
+    outcome = corpusfit.fit(_ClosedForm(frows, params), np.zeros(len(params)), list(range(len(params))), 1)  # type: ignore[arg-type]
+    assert not outcome.converged and outcome.evaluations == 1

@@ -76,3 +76,22 @@ def test_a_row_whose_ttft_no_gpu_could_reach_is_warned_about(tmp_path):
     assert (
         "warning: lab.csv:3: lab-a: published p99 TTFT 500 ms, but the first wave of 64 prompts needs" in result.output
     )
+
+
+def test_a_fit_keeps_each_fit_and_a_rerun_resumes_from_them(tmp_path):
+    folder, out = tmp_path / "corpus", tmp_path / "out"
+    folder.mkdir()
+    write(folder, "lab.csv", [SMALL, {**SMALL, "id": "lab-b", "prompt_tokens": "1024"}])
+    write(folder, "other.csv", [{**SMALL, "id": "other-a", "publisher": "other", "output_tokens": "64"}])
+    args = ["validate", str(folder), "--fit", "--out", str(out), "--jobs", "1", "--quiet", "--iterations", "2",
+            "--fold-iterations", "2"]  # fmt: skip
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    kept = sorted(p.name for p in (out / "fits").iterdir())
+    assert kept == ["all-rows.json", "without-lab.json", "without-other.json"]
+    assert "of 2 leave-one-publisher-out fits converged" in first.output
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "fits").iterdir()}
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "fits").iterdir()} == stamps  # resumed, not refitted
+    assert again.output.split("wrote")[0] == first.output.split("wrote")[0]  # the same tables
