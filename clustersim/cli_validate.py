@@ -75,14 +75,14 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.option(
     "--iterations",
     type=click.IntRange(min=1),
-    default=12,
+    default=8,
     show_default=True,
     help="Solver evaluations of the all-rows fit, at most (it stops when converged).",
 )
 @click.option(
     "--fold-iterations",
     type=click.IntRange(min=1),
-    default=16,
+    default=3,
     show_default=True,
     help="... of each leave-one-publisher-out fit, at most (each stops when converged).",
 )

@@ -72,8 +72,9 @@ def _outcomes(rows: Sequence[FitRow], predictions: dict[str, Prediction | None])
     return found
 
 
-FOLD_JACOBIAN_EVERY = 3  # a fold takes its Jacobian afresh at every third step (tested: the optimum of a
-# Jacobian at every step, at half the runs; one Jacobian for the whole fold stopped short of it)
+FOLD_JACOBIAN_EVERY = 3  # a fold takes its Jacobian afresh at every third step: on SGLang's MI300X rows
+# (two publishers) it reached the optimum of a Jacobian at every step with half the runs, where one Jacobian
+# for the whole fold stopped short of it
 
 
 def fit_corpus(
