@@ -124,10 +124,7 @@ def fit_corpus(
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
-                fold_start = x_all.copy()
-                for i, p in enumerate(params):
-                    if _touched(p, held):
-                        fold_start[i] = solver_start(p)
+                fold_start = _reset(params, x_all, held)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 x_fold = fold_start
                 if active:
@@ -143,6 +140,15 @@ def fit_corpus(
     values = [natural(p, x) for p, x in zip(params, x_all, strict=True)]
     return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(frows, held_out), skipped,
                      folds)  # fmt: skip
+
+
+def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow]) -> np.ndarray:
+    """A fold's start: the all-rows fit, with every parameter the held-out rows touch back at its start."""
+    start = x_all.copy()
+    for i, param in enumerate(params):
+        if _touched(param, held):
+            start[i] = solver_start(param)
+    return start
 
 
 def _fold_line(outcome: FitOutcome) -> str:
