@@ -187,8 +187,9 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
     if options.cross_validate:
         heading = "leave-one-publisher-out error (each publisher predicted by a fit without it)"
         cv = _report(result.cross_validated, heading)
-        click.echo(folds_summary(result))
-        cv = (f"{cv[0]}\n\n{folds_summary(result)}", cv[1], cv[2])
+        ended = folds_summary(result)
+        click.echo(ended)
+        cv = (f"{cv[0]}\n\n{ended}", cv[1], cv[2])
     _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
     click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
     if options.cross_validate:

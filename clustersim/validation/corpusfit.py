@@ -292,7 +292,6 @@ class Evaluator:
         self.root, self.pool, self.scratch = catalogue_root, pool, scratch
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
         self.num_runs = 0
-        self.rows_run = 0  # rows simulated, Jacobians included
 
     def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
                 offsets: Mapping[Atom, float] | None = None,
@@ -305,7 +304,6 @@ class Evaluator:
         root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
         self.num_runs += 1
-        self.rows_run += len(todo)
         found = predict_all([_task(r, search) for r in todo], root, self.pool)
         if only is None and not search:
             self.cache[key] = found
