@@ -1,18 +1,25 @@
-"""An engine's HTTP front end before one replica: its API server, one request at a time.
+"""An engine's HTTP front end before one replica: its API server.
 
 A served request is parsed and tokenized before the engine sees it, and its tokens are detokenized
 and streamed back as they come. vLLM's OpenAI server does this in one process, beside the engine
-core (its tokenizer is a single-thread executor, vLLM issue #25301), so requests queue there when
-they come faster than it handles them. The front end is a single first-come-first-served server:
-a request arriving at ``t`` starts at ``max(t, free)``, reaches the replica's queue
-``per_request_s`` later, and keeps the server busy for ``per_output_token_s`` per output token
-after that (the streaming work, counted at admission: the server's busy time is exact, when within
-the request's life it is spent is not). Deliveries are timers at arrival priority, so they
-interleave with arrivals at one instant in scheduling order, in both modes alike.
+core (its tokenizer is a single-thread executor, vLLM issue #25301). Requests are parsed one at a
+time, first come first served: a request arriving at ``t`` starts at ``max(t, free)`` and reaches the
+replica's queue when its ``per_request_s`` of work is done. The streaming runs in the same process,
+interleaved with that work (an asyncio event loop), so it is a load on the server rather than a queue
+in front of it: while a share ``rho`` of the server's time goes to streaming, a request's parse takes
+``per_request_s / (1 - rho)``. ``rho`` is ``per_output_token_s`` times the token rate the server is
+streaming, estimated from the requests it passed that have completed: an exponentially weighted rate
+of their output tokens with a time constant of ``STREAMING_TIME_CONSTANT_S`` (completions are the
+same in both simulation modes, so the estimate is too), capped at ``MAX_STREAMING_SHARE``.
+Charging each request's streaming work in one piece when it is parsed would instead hold every
+request behind the streaming of those before it, spreading apart a wave of requests sent together
+that a real server parses together (docs/validation.md). Deliveries are timers at arrival priority, so
+they interleave with arrivals at one instant in scheduling order, in both modes alike.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from simpy.events import Event
@@ -21,6 +28,8 @@ from clustersim.clock import Clock
 from clustersim.workload.request import Request
 
 ARRIVAL_PRIORITY = 1  # SimPy's NORMAL: the priority arrivals have
+STREAMING_TIME_CONSTANT_S = 10.0  # assumption: the streaming rate's memory, several requests' lives
+MAX_STREAMING_SHARE = 0.9  # assumption: streaming leaves the server at least a tenth of its time to parse
 
 
 class FrontEnd:
@@ -36,6 +45,20 @@ class FrontEnd:
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over requests
         self.max_delay_s = 0.0
         self._passing: dict[int, Request] = {}  # in the front end now, by request id (not yet delivered)
+        self._rate_tokens_per_s = 0.0  # the streaming rate estimated at _rate_at_s (completed requests)
+        self._rate_at_s = 0.0
+
+    def streaming_share(self, at_s: float) -> float:
+        """The share of the server's time that streaming takes at ``at_s`` (capped)."""
+        rate = self._rate_tokens_per_s * math.exp((self._rate_at_s - at_s) / STREAMING_TIME_CONSTANT_S)
+        return min(self.per_output_token_s * rate, MAX_STREAMING_SHARE)
+
+    def streamed(self, request: Request) -> None:
+        """``request``, which passed this front end, has completed: its output tokens were streamed."""
+        now = self.clock.now
+        decayed = self._rate_tokens_per_s * math.exp((self._rate_at_s - now) / STREAMING_TIME_CONSTANT_S)
+        self._rate_tokens_per_s = decayed + request.output_tokens / STREAMING_TIME_CONSTANT_S
+        self._rate_at_s = now
 
     @property
     def active(self) -> bool:
@@ -45,10 +68,9 @@ class FrontEnd:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
         now = self.clock.now
         start_s = max(now, self.free_at_s)
-        ready_s = start_s + self.per_request_s
-        work_s = self.per_request_s + self.per_output_token_s * request.output_tokens
-        self.free_at_s = start_s + work_s
-        self.busy_s += work_s
+        ready_s = start_s + self.per_request_s / (1.0 - self.streaming_share(start_s))
+        self.free_at_s = ready_s
+        self.busy_s += self.per_request_s + self.per_output_token_s * request.output_tokens
         self.num_requests += 1
         self.delay_s += ready_s - now
         self.max_delay_s = max(self.max_delay_s, ready_s - now)

@@ -194,7 +194,12 @@ def simulate(
     completions = Completions(clock)
     lifecycle: Lifecycle | None = None
 
+    passed: dict[int, FrontEnd] = {}  # the front end each request in flight passed, by request id
+
     def on_final(request: Request) -> None:
+        front = passed.pop(request.request_id, None)
+        if front is not None and request.status == "completed":
+            front.streamed(request)  # its tokens were streamed: the API server's load
         log.record_request(request)
         completions.notify(request)  # closed-loop users wait for their request to end
         if lifecycle is not None:
@@ -215,7 +220,8 @@ def simulate(
         if frontends is None:
             replica.enqueue(request)
         else:
-            frontends[replica.core.spec.index].submit(request, replica.enqueue)
+            passed[request.request_id] = front = frontends[replica.core.spec.index]
+            front.submit(request, replica.enqueue)
 
     def reject(request: Request, reason: str) -> None:
         request.status, request.reject_reason = "rejected", reason
@@ -232,7 +238,8 @@ def simulate(
             request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0  # a KV cache that had landed is lost
         if up and fresh and frontends is not None:  # a new arrival passes its replica's front end first
             replica = up[router.choose(request, up)]
-            frontends[replica.core.spec.index].submit(request, lambda r: delivered_up(replica, r))
+            passed[request.request_id] = front = frontends[replica.core.spec.index]
+            front.submit(request, lambda r: delivered_up(replica, r))
         elif up:
             up[router.choose(request, up)].enqueue(request)
         else:

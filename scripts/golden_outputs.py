@@ -129,8 +129,11 @@ def main() -> None:
     args = parser.parse_args()
     results = collect(args.only, args.jobs)
     if args.action == "record":
-        args.file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"recorded {len(results)} runs in {args.file}")
+        # --only re-records those runs and keeps every other recorded one
+        kept = json.loads(args.file.read_text(encoding="utf-8")) if args.only and args.file.is_file() else {}
+        merged = {**kept, **results}
+        args.file.write_text(json.dumps(merged, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"recorded {len(results)} runs in {args.file} ({len(merged)} in all)")
         return
     moved = compare(json.loads(args.file.read_text(encoding="utf-8")), results)
     print("\n".join(moved) if moved else f"all {len(results)} runs identical")

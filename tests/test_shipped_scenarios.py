@@ -33,7 +33,7 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path):
 
 
 def test_streaming_smoothness_shows_what_tpot_hides(tmp_path: Path):
-    """Prefill-first stalls every chat stream for a whole 8,000-token prefill; a 512-token chunk
+    """Prefill-first stalls every chat stream for a whole 6,000-token prefill; a 512-token chunk
     budget does not. Per-request TPOT barely differs; the inter-token gaps do."""
     path = SCENARIOS / "streaming-smoothness.yaml"
     v0 = run_scenario(load_scenario(path), tmp_path / "v0").summary["tenants"]["chat"]
