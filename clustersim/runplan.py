@@ -124,7 +124,9 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
         groups=groups,
         policy=policy,
         allocator=ALLOCATORS.get(scenario.kv.allocator),
-        limits=StepLimits(sched.max_num_seqs, sched.max_num_batched_tokens, sched.batch_wait_s),
+        limits=StepLimits(
+            sched.max_num_seqs, sched.max_num_batched_tokens, sched.batch_wait_s, sched.long_prefill_token_threshold
+        ),
         reserve=kv_reserve(scenario, policy, groups[0].model.max_model_len_tokens),
         ttft_targets_s=ttft_targets,
         tenant_slos={tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
@@ -160,6 +162,13 @@ def _check_scheduler(
             source,
             "scheduler.slo_admission",
             f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
+        )
+    if scenario.scheduler.long_prefill_token_threshold > 0 and not policy.chunks_prompts:
+        chunking = ", ".join(name for name in POLICIES.names() if POLICIES.get(name).chunks_prompts)
+        raise ConfigError(
+            source,
+            "scheduler.long_prefill_token_threshold",
+            f"caps each prompt's chunk in a step: {policy.kind}{whose} does not chunk prompts ({chunking} do)",
         )
     kv = scenario.kv
     if kv.prefix_caching and kv.preemption == "swap":

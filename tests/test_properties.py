@@ -90,6 +90,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     }
     if policy == "static":
         scheduler["batch_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
+    if policy in ("chunked_prefill", "vllm_v1", "trtllm_no_evict_chunked"):
+        scheduler["long_prefill_token_threshold"] = draw(st.sampled_from([0, 0, 16, 100]))
     return {
         "name": "prop",
         "seed": draw(st.integers(0, 10)),

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import (
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     field_validator,
@@ -188,7 +189,10 @@ class Scheduler(StrictModel):
     newly admitted prompts (decodes pause) or decodes the running sequences. ``chunked_prefill``
     (Sarathi-Serve): each step's token budget goes first to decodes, then to chunks of prompts.
     ``slo_admission``: ``shed`` rejects a waiting request once it can no longer meet its TTFT
-    target; ``defer`` moves it behind requests that still can.
+    target; ``defer`` moves it behind requests that still can. ``long_prefill_token_threshold`` (policies
+    that chunk prompts; 0: none): a prompt gets at most that many tokens in one step, so several prompts
+    prefill side by side (vLLM's ``--long-prefill-token-threshold``: ``vllm/v1/core/sched/scheduler.py``
+    caps ``num_new_tokens`` at it for running and waiting requests alike).
     """
 
     policy: str = "continuous"
@@ -197,6 +201,7 @@ class Scheduler(StrictModel):
     batch_wait_s: NonNegativeFloat = 0.0
     ordering: Ordering = FcfsOrdering()
     slo_admission: SloAdmissionMode = "off"
+    long_prefill_token_threshold: NonNegativeInt = 0
 
     @field_validator("policy")
     @classmethod

@@ -143,17 +143,24 @@ class Builder:
         if not prefilling:
             return
         tokens_left = self._tokens_left()
+        cap = self._chunk_cap()
         for seat in list(prefilling.values()) if self.per_chunk else prefilling.values():
             if tokens_left <= 0:
                 break
             if not seat.alive:
                 continue
-            chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left)
+            chunk = min(seat.prefill_tokens - seat.done_tokens, tokens_left, cap)
             if self.per_chunk and not self._blocks_for_chunk(seat, chunk):
                 break
             self.chunks.append((seat, chunk))
             self.chunk_tokens += chunk
             tokens_left -= chunk
+
+    def _chunk_cap(self) -> int:
+        """The most tokens one prompt gets in this step: ``long_prefill_token_threshold`` if set (vLLM
+        ``Scheduler.schedule``: ``num_new_tokens = threshold`` when a request has more left)."""
+        limits = self._core.limits
+        return limits.long_prefill_token_threshold or limits.max_num_batched_tokens
 
     def _blocks_for_chunk(self, seat: Seat, chunk: int) -> bool:
         """Take the blocks ``seat``'s next chunk needs, preempting newer prefilling sequences while
@@ -194,6 +201,7 @@ class Builder:
         hit: list[Segment] = []
         cached = 0
         per_chunk = self.per_chunk
+        cap = self._chunk_cap() if chunked else tokens_left
         while head is not None and num_admitted != max_admitted:
             if head.remote_kv != NO_REMOTE_KV:  # disaggregation: its prompt was computed on a prefill replica
                 chunk = self._admit_remote(head, len(seats) < max_seqs, tokens_left)
@@ -206,7 +214,7 @@ class Builder:
             if caching:
                 hit, cached = kv.prefix_hit(head)
             if per_chunk:  # blocks for the first chunk only
-                chunk = min(prefill_tokens_of(head) - cached, tokens_left)
+                chunk = min(prefill_tokens_of(head) - cached, tokens_left, cap)
                 needed = kv.prefill_blocks(cached, chunk)
             else:
                 needed = kv.blocks_to_admit(head, cached)
@@ -216,7 +224,7 @@ class Builder:
             ):
                 break
             seat = core.seat(core.pop_head(), hit, cached, self.now_s, needed if per_chunk else -1)
-            chunk = min(seat.prefill_tokens, tokens_left) if chunked else seat.prefill_tokens
+            chunk = min(seat.prefill_tokens, tokens_left, cap) if chunked else seat.prefill_tokens
             self.chunks.append((seat, chunk))
             self.chunk_tokens += chunk
             tokens_left -= chunk

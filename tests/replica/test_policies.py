@@ -240,3 +240,28 @@ def test_sglang_runs_prompt_chunks_ahead_of_the_decodes(run_mapping, fast_forwar
     assert times(result) == [(0.0, 1.0, 8.0), (3.0, 6.0, 7.0)]
     steps = [(s["started_at_s"], s["num_prefill_tokens"], s["num_decode_tokens"]) for s in read_steps(result)]
     assert [s for s in steps if 3.0 <= s[0] < 6.0] == [(3.0, 10, 0), (4.0, 10, 0), (5.0, 5, 0)]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_long_prefill_threshold_caps_each_prompts_chunk(run_mapping, fast_forward):
+    # vLLM's --long-prefill-token-threshold 4 with a budget of 10: A (9 tokens) and B (6) prefill side by
+    # side, 4 tokens each a step, where without the cap A would take 9 and B the 1 left
+    raw = explicit_scenario(
+        [(0.0, 9, 2), (0.0, 6, 2)],
+        policy="vllm_v1",
+        scheduler={"max_num_batched_tokens": 10, "long_prefill_token_threshold": 4},
+        simulation={"fast_forward": fast_forward},
+    )
+    result = run_mapping(raw)
+    steps = [(s["started_at_s"], s["num_prefill_tokens"], s["num_decode_tokens"]) for s in read_steps(result)]
+    assert steps == [(0.0, 8, 0), (1.0, 6, 0), (2.0, 1, 1), (3.0, 0, 1)]
+    assert times(result) == [(0.0, 3.0, 4.0), (0.0, 2.0, 3.0)]
+    uncapped = run_mapping(explicit_scenario([(0.0, 9, 2), (0.0, 6, 2)], policy="vllm_v1",
+                                             scheduler={"max_num_batched_tokens": 10}))  # fmt: skip
+    assert times(uncapped) == [(0.0, 1.0, 2.0), (0.0, 2.0, 3.0)]
+
+
+def test_long_prefill_threshold_needs_a_policy_that_chunks(run_mapping):
+    raw = explicit_scenario([(0.0, 8, 3)], policy="continuous", scheduler={"long_prefill_token_threshold": 4})
+    with pytest.raises(Exception, match="long_prefill_token_threshold: caps each prompt's chunk in a step: continuous"):
+        run_mapping(raw)

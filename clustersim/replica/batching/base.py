@@ -29,6 +29,7 @@ class StepLimits:
     max_num_seqs: int
     max_num_batched_tokens: int
     batch_wait_s: float = 0.0
+    long_prefill_token_threshold: int = 0  # a prompt's tokens in one step at most (0: the budget's)
 
 
 class StepBuilder(Protocol):
