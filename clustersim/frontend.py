@@ -48,16 +48,18 @@ class FrontEnd:
         self._rate_tokens_per_s = 0.0  # the streaming rate estimated at _rate_at_s (completed requests)
         self._rate_at_s = 0.0
 
+    def _streaming_rate(self, at_s: float) -> float:
+        """The estimated streaming rate (output tokens per second) at ``at_s``: the last estimate, decayed."""
+        return self._rate_tokens_per_s * math.exp((self._rate_at_s - at_s) / STREAMING_TIME_CONSTANT_S)
+
     def streaming_share(self, at_s: float) -> float:
         """The share of the server's time that streaming takes at ``at_s`` (capped)."""
-        rate = self._rate_tokens_per_s * math.exp((self._rate_at_s - at_s) / STREAMING_TIME_CONSTANT_S)
-        return min(self.per_output_token_s * rate, MAX_STREAMING_SHARE)
+        return min(self.per_output_token_s * self._streaming_rate(at_s), MAX_STREAMING_SHARE)
 
     def streamed(self, request: Request) -> None:
         """``request``, which passed this front end, has completed: its output tokens were streamed."""
         now = self.clock.now
-        decayed = self._rate_tokens_per_s * math.exp((self._rate_at_s - now) / STREAMING_TIME_CONSTANT_S)
-        self._rate_tokens_per_s = decayed + request.output_tokens / STREAMING_TIME_CONSTANT_S
+        self._rate_tokens_per_s = self._streaming_rate(now) + request.output_tokens / STREAMING_TIME_CONSTANT_S
         self._rate_at_s = now
 
     @property

@@ -201,7 +201,7 @@ class Builder:
         hit: list[Segment] = []
         cached = 0
         per_chunk = self.per_chunk
-        cap = self._chunk_cap() if chunked else tokens_left
+        cap = self._chunk_cap()  # at least the budget left unless a chunking policy sets the threshold
         while head is not None and num_admitted != max_admitted:
             if head.remote_kv != NO_REMOTE_KV:  # disaggregation: its prompt was computed on a prefill replica
                 chunk = self._admit_remote(head, len(seats) < max_seqs, tokens_left)
