@@ -12,11 +12,6 @@ engine is predicted on a family it was never measured on. Two kinds of scale are
 
 Engine-wide, where rows need them:
 
-- ``kv``: the engine's decode attention (reading the KV cache) against its other memory-bound kernels:
-  the decode-attention scale is the ``memory`` factors times this one. Engines bring their own decode
-  attention kernels (TensorRT-LLM's XQA, FlashInfer, FlashAttention, AITER) but share the GEMM libraries
-  that stream the weights, so one memory scale for both cannot fit a decode-heavy row at a large batch
-  (KV reads) and a small-batch one (weights) of the same engine;
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
 - ``comm`` (rows on more than one GPU per replica): the interconnect efficiency of the engine's
   all-reduces against NCCL's measured one;
@@ -71,22 +66,19 @@ STEP = 0.05  # finite-difference step (log units; milliseconds for front-end tim
 FRONTEND_MAX_MS = 200.0
 FRONTEND_STEP_MS = 2.0  # wide enough that the small jumps of discrete batching do not decide the slope
 FRONTEND_START_MS = 1.0
-FIELD_KINDS: dict[str, tuple[str, ...]] = {
-    # each scale of an efficiency block: the kinds whose factors it is the product of. Prefill attention is
-    # not scaled: engines run the FlashAttention kernels whose speed the GPU profiles carry (published or
-    # timed, see prefill_attention_compute_efficiency_frac), so what differs between engines on compute is
-    # their GEMMs and what they fuse around them
-    "gemm_compute_scale": ("compute",),
-    "gemm_memory_scale": ("memory",),
-    "decode_attention_scale": ("memory", "kv"),
-    "elementwise_scale": ("memory",),
-    "moe_scale": ("moe",),
-    "comm_scale": ("comm",),
-    "comm_latency_scale": ("comm_latency",),
+SCALE_FIELDS: dict[str, tuple[str, ...]] = {
+    # prefill attention is not scaled: engines run the FlashAttention kernels whose speed the GPU profiles
+    # carry (published or timed, see prefill_attention_compute_efficiency_frac), so what differs between engines
+    # on compute is their GEMMs and what they fuse around them
+    "compute": ("gemm_compute_scale",),
+    "memory": ("gemm_memory_scale", "decode_attention_scale", "elementwise_scale"),
+    "moe": ("moe_scale",),
+    "comm": ("comm_scale",),
+    "comm_latency": ("comm_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
-ENGINE_KINDS = ("kv", "moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
+ENGINE_KINDS = ("moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
@@ -102,7 +94,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | kv | moe | comm | comm_latency | frontend
+    kind: str  # compute | memory | moe | comm | comm_latency | frontend
     family: str | None = None
 
     @property
@@ -182,7 +174,6 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             for kind in FAMILY_KINDS:
                 params.update((FitParam(r.engine, kind), FitParam(None, kind, r.family)))
                 params.add(FitParam(r.engine, kind, r.family))
-            params.add(FitParam(r.engine, "kv"))
             if r.moe:
                 params.add(FitParam(r.engine, "moe"))
             if r.multi_gpu:
@@ -209,29 +200,13 @@ def atom_scales(params: Sequence[FitParam], values: Sequence[float], engine: str
     return scales
 
 
-FieldScales = dict[tuple[str, str], tuple[float, list[Atom]]]  # (GPU family, field) -> value, its atoms
-
-
-def field_scales(params: Sequence[FitParam], values: Sequence[float], engine: str,
-                 offsets: Mapping[Atom, float] | None = None) -> FieldScales:  # fmt: skip
-    """Every efficiency field ``engine`` carries, by (GPU family, field): its value (the product of the
-    scales of the kinds it is made of, :data:`FIELD_KINDS`) and those scales' atoms."""
-    scales = atom_scales(params, values, engine, offsets)
-    fields: FieldScales = {}
-    for family in FAMILIES:
-        for name, kinds in FIELD_KINDS.items():
-            atoms = [(engine, family, kind) for kind in kinds if (engine, family, kind) in scales]
-            if atoms:
-                fields[(family, name)] = math.prod(scales[a] for a in atoms), atoms
-    return fields
-
-
 def _scaled_engine(profile: EngineProfile, engine: str, params: Sequence[FitParam], values: Sequence[float],
                    offsets: Mapping[Atom, float] | None = None) -> EngineProfile:  # fmt: skip
     """``profile`` with an ``efficiency`` block for every GPU family, holding the fitted scales."""
     efficiency: dict[str, dict[str, Any]] = {}
-    for (family, name), (value, _) in field_scales(params, values, engine, offsets).items():
-        efficiency.setdefault(family, {})[name] = Cited[float](value=float(value), source=FITTED_SOURCE)
+    for (_, family, kind), value in atom_scales(params, values, engine, offsets).items():
+        for name in SCALE_FIELDS[kind]:
+            efficiency.setdefault(family, {})[name] = Cited[float](value=float(value), source=FITTED_SOURCE)
     blocks = {family: EfficiencyScales(**scales) for family, scales in efficiency.items()}
     update: dict[str, Any] = {"efficiency": blocks or None}
     for param, value in zip(params, values, strict=True):

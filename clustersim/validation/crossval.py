@@ -22,12 +22,13 @@ from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
     FAMILIES,
     FIT_FTOL,
+    SCALE_FIELDS,
     Atom,
     Evaluator,
     FitOutcome,
     FitParam,
     FitRow,
-    field_scales,
+    atom_scales,
     fit,
     fit_rows,
     natural,
@@ -172,10 +173,8 @@ def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
     the factors it is the product of (with the rows each rests on)."""
     pairs = list(zip(result.params, result.values, strict=True))
 
-    def cite(atoms: list[Atom]) -> str:
-        factors = [
-            f"{p.label} {v:.3g} ({result.num_rows[p.label]} rows)" for a in atoms for p, v in pairs if p.applies(a)
-        ]
+    def cite(atom: Atom) -> str:
+        factors = [f"{p.label} {v:.3g} ({result.num_rows[p.label]} rows)" for p, v in pairs if p.applies(atom)]
         return f"{source}; " + " x ".join(factors)
 
     text = ""
@@ -184,9 +183,10 @@ def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
             rows = result.num_rows[param.label]
             text += f'frontend_fitted_per_request_s:\n  value: {value:.4g}\n  source: "{source}; {rows} served rows"\n'
     families: dict[str, list[str]] = {}
-    for (family, name), (value, atoms) in field_scales(result.params, result.values, engine).items():
-        line = f'    {name}:\n      value: {value:.4g}\n      source: "{cite(atoms)}"'
-        families.setdefault(family, []).append(line)
+    for atom, value in atom_scales(result.params, result.values, engine).items():
+        for name in SCALE_FIELDS[atom[2]]:
+            line = f'    {name}:\n      value: {value:.4g}\n      source: "{cite(atom)}"'
+            families.setdefault(atom[1], []).append(line)
     if families:
         text += "efficiency:\n"
     for family in FAMILIES:

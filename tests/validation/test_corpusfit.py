@@ -82,7 +82,7 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     assert [p.label for p in params] == [
         "all.compute.ampere", "all.compute.hopper", "all.memory.ampere", "all.memory.hopper",
         "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
-        "vllm-v1.compute.hopper", "vllm-v1.frontend", "vllm-v1.kv", "vllm-v1.memory", "vllm-v1.memory.ampere",
+        "vllm-v1.compute.hopper", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
         "vllm-v1.memory.hopper",
     ]  # fmt: skip
     weights = {p.label: prior_weight(p) for p in params}
@@ -118,9 +118,8 @@ class _ClosedForm:
         for r in only if only is not None else self.rows:
             s = atom_scales(self.params, values, r.engine, offsets)
             compute, memory = s[(r.engine, r.family, "compute")], s[(r.engine, r.family, "memory")]
-            kv = s[(r.engine, r.family, "kv")]
             found[r.row.row_id] = {
-                "output_tok_per_s": compute**0.3 * memory**0.7 * kv**0.2 * (2.0 if r.family == "hopper" else 1)
+                "output_tok_per_s": compute**0.3 * memory**0.7 * (2.0 if r.family == "hopper" else 1)
             }
         return found
 
@@ -215,21 +214,3 @@ def test_a_fit_at_its_cap_says_it_did_not_converge():
     frows, params = _closed_form_rows(np.full(32, -0.3))
     outcome = corpusfit.fit(_ClosedForm(frows, params), np.zeros(len(params)), list(range(len(params))), 1)  # type: ignore[arg-type]
     assert not outcome.converged and outcome.evaluations == 1
-
-
-def test_decode_attention_is_the_memory_scale_times_the_engines_kv_factor():
-    # an engine's decode attention kernels (XQA, FlashInfer, ...) are its own; the weights' GEMMs are shared
-    params = [FitParam("trtllm", "memory", "hopper"), FitParam("trtllm", "kv"), FitParam(None, "memory", "hopper")]
-    engines = engines_with(reference_engines(CATALOGUE), params, [0.8, 1.25, 0.9])
-    scales = engines["trtllm"].efficiency["hopper"]
-    assert scales.gemm_memory_scale.value == pytest.approx(0.72) == scales.elementwise_scale.value
-    assert scales.decode_attention_scale.value == pytest.approx(0.9)
-    assert engines["trtllm"].efficiency["ampere"].decode_attention_scale.value == pytest.approx(1.25)  # engine-wide
-    assert scales.gemm_compute_scale is None  # no compute factor fitted
-    from clustersim.validation.crossval import CorpusFit
-
-    fit = CorpusFit(params, [0.8, 1.25, 0.9], {p.label: 4 for p in params}, [], [], [])
-    text = efficiency_yaml(fit, "trtllm", "fit X")
-    assert "    decode_attention_scale:\n      value: 0.9\n" in text
-    assert "trtllm.memory.hopper 0.8 (4 rows) x all.memory.hopper 0.9 (4 rows) x trtllm.kv 1.25 (4 rows)" in text
-    assert "    gemm_memory_scale:\n      value: 0.72\n" in text  # the memory factors alone
