@@ -2,7 +2,7 @@
 
 A router sees replicas only through :class:`ReplicaView` and returns an index into the sequence
 it was given. Per request, a policy does O(1) work (round robin, random, power of two) or one
-pass over the replicas (least outstanding, least KV, affinity); random draws come from the
+pass over the replicas (least outstanding, vLLM's data-parallel balancer, least KV, affinity); random draws come from the
 router's own stream, in chunks.
 """
 
@@ -22,6 +22,7 @@ from clustersim.config.routing import (
     RandomRouter,
     RoundRobinRouter,
     RouterConfig,
+    VllmDPRouter,
 )
 from clustersim.registry import Registry
 from clustersim.workload.request import Request
@@ -36,6 +37,11 @@ class ReplicaView(Protocol):
     @property
     def num_outstanding(self) -> int:
         """Requests queued or running on the replica."""
+        ...
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued on the replica, not holding a seat."""
         ...
 
     @property
@@ -111,6 +117,22 @@ class LeastOutstanding:
 
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
         return least_outstanding(replicas)
+
+
+class VllmDP:
+    """vLLM's data-parallel load balancer (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.
+    get_core_engine_for_request``): the replica with the lowest ``4 x waiting + running``, the first
+    from index 0 on ties. vLLM reads the counts from a snapshot its coordinator publishes every 100 ms
+    plus the requests it sent since; the counts here are the replicas' own at the arrival."""
+
+    def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
+        best, best_score = 0, -1
+        for index, replica in enumerate(replicas):
+            waiting = replica.num_waiting
+            score = 3 * waiting + replica.num_outstanding  # outstanding = waiting + running
+            if best_score < 0 or score < best_score:
+                best, best_score = index, score
+        return best
 
 
 class LeastKV:
@@ -207,6 +229,11 @@ def make_least_outstanding(config: RouterConfig, seed: int, stream: int = ROUTER
     return LeastOutstanding()
 
 
+def make_vllm_dp(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
+    assert isinstance(config, VllmDPRouter)
+    return VllmDP()
+
+
 def make_least_kv(config: RouterConfig, seed: int, stream: int = ROUTER_STREAM_KEY) -> Router:
     assert isinstance(config, LeastKVRouter)
     return LeastKV()
@@ -228,6 +255,7 @@ ROUTERS: Registry[RouterFactory] = Registry(
         ("round_robin", make_round_robin),
         ("random", make_random),
         ("least_outstanding", make_least_outstanding),
+        ("vllm_dp", make_vllm_dp),
         ("least_kv", make_least_kv),
         ("power_of_two", make_power_of_two),
         ("affinity", make_affinity),

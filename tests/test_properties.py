@@ -115,6 +115,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
                     {"kind": "round_robin"},
                     {"kind": "least_kv"},
                     {"kind": "least_outstanding"},
+                    {"kind": "vllm_dp"},
                     {"kind": "power_of_two"},
                     {"kind": "affinity", "overload_abs_requests": 1},
                     {"kind": "random"},

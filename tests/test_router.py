@@ -18,6 +18,7 @@ from clustersim.router import (
     PowerOfTwo,
     RandomChoice,
     RoundRobin,
+    VllmDP,
     router_rng,
 )
 from clustersim.workload.arrivals import tenant_rng
@@ -29,6 +30,7 @@ class View:
     num_outstanding: int = 0
     num_used_kv_blocks: int = 0
     num_kv_blocks: int = 100
+    num_waiting: int = 0
 
 
 def views(*loads: int) -> list[View]:
@@ -60,6 +62,21 @@ def test_round_robin_cycles():
 @pytest.mark.parametrize(("loads", "expected"), [((3, 1, 2), 1), ((2, 0, 0), 1), ((0, 0, 0), 0), ((5,), 0)])
 def test_least_outstanding_takes_the_lowest_index_on_ties(loads, expected):
     assert LeastOutstanding().choose(request(), views(*loads)) == expected
+
+
+@pytest.mark.parametrize(
+    ("loads", "expected"),
+    [
+        (((5, 0), (2, 2)), 0),  # (outstanding, waiting): scores 5 and 4 x 2 + 0 = 8
+        (((5, 1), (2, 2)), 0),  # 4 + 4 = 8 against 8: the lower index
+        (((6, 1), (2, 2)), 1),  # 4 + 5 = 9 against 8
+        (((3, 3), (3, 0), (3, 0)), 1),  # 12, 3, 3: the first of the tie
+        (((0, 0),), 0),
+    ],
+)
+def test_vllm_dp_scores_waiting_four_times_running(loads, expected):
+    replicas = [View(num_outstanding=outstanding, num_waiting=waiting) for outstanding, waiting in loads]
+    assert VllmDP().choose(request(), replicas) == expected
 
 
 def test_least_kv_breaks_ties_by_outstanding_then_index():
@@ -150,6 +167,13 @@ def test_least_outstanding_run(run_mapping):
     loads (0, 1) -> r2 to 0; (1, 1) -> r3 to 0 (lowest index); (2, 1) -> r4 to 1."""
     requests = [(0, 10, 2), (0, 10, 10), (5, 10, 2), (5, 10, 2), (5, 10, 2)]
     assert routed(run_mapping, requests, {"kind": "least_outstanding"}) == [0, 1, 0, 0, 1]
+
+
+def test_vllm_dp_run(run_mapping):
+    """As in test_least_outstanding_run up to r2, which goes to 0 and waits there until replica 0 next
+    plans: r3 sees scores (4 x 1, 1 running) -> 1; r4 sees (4, 4 + 1) -> 0."""
+    requests = [(0, 10, 2), (0, 10, 10), (5, 10, 2), (5, 10, 2), (5, 10, 2)]
+    assert routed(run_mapping, requests, {"kind": "vllm_dp"}) == [0, 1, 0, 1, 0]
 
 
 def test_least_kv_run(run_mapping):

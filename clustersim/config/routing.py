@@ -28,6 +28,13 @@ class LeastOutstandingRouter(StrictModel):
     kind: Literal["least_outstanding"]
 
 
+class VllmDPRouter(StrictModel):
+    """vLLM's data-parallel load balancer: the replica with the lowest 4 x waiting + running requests
+    (lowest index on ties); vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient``."""
+
+    kind: Literal["vllm_dp"]
+
+
 class LeastKVRouter(StrictModel):
     """The replica with the smallest fraction of KV blocks in use (then fewest outstanding, lowest index)."""
 
@@ -58,6 +65,12 @@ class AffinityRouter(StrictModel):
 
 
 RouterConfig = Annotated[
-    RoundRobinRouter | RandomRouter | LeastOutstandingRouter | LeastKVRouter | PowerOfTwoRouter | AffinityRouter,
+    RoundRobinRouter
+    | RandomRouter
+    | LeastOutstandingRouter
+    | VllmDPRouter
+    | LeastKVRouter
+    | PowerOfTwoRouter
+    | AffinityRouter,
     Field(discriminator="kind"),
 ]

@@ -100,10 +100,14 @@ class Core:
 
     # ------------------------------------------------------------------ queues
     @property
+    def num_waiting(self) -> int:
+        """Requests queued here, not holding a seat (waiting, deferred, swapped out, pulling their KV)."""
+        return len(self.waiting) + len(self.deferred) + len(self.swapped) + self.remote.num_pulling
+
+    @property
     def num_outstanding(self) -> int:
         """Requests queued or holding a seat here."""
-        queued = len(self.waiting) + len(self.deferred) + len(self.swapped) + self.remote.num_pulling
-        return queued + len(self.seats.seats)
+        return self.num_waiting + len(self.seats.seats)
 
     def head(self) -> Request | None:
         """The request admission considers next."""

@@ -37,6 +37,11 @@ class Replica:
         return self.core.num_outstanding
 
     @property
+    def num_waiting(self) -> int:
+        """Requests queued here, not holding a seat."""
+        return self.core.num_waiting
+
+    @property
     def holds_nothing(self) -> bool:
         """No request queued or seated here, and no KV cache kept here for a transfer (it may stop)."""
         core = self.core

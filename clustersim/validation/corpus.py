@@ -93,6 +93,9 @@ FEATURES = {
 # ``p99_bound=<TTFT ms>/<TPOT ms>``: the load is the highest rate at which the 99th percentiles of TTFT and
 # TPOT stay within these bounds (MLPerf Server and Interactive, whose bounds are in loadgen/mlperf.conf)
 BOUND_FEATURE = "p99_bound"
+# ``long_prefill=<tokens>``: each prompt's tokens in one step were capped there (vLLM's
+# ``--long-prefill-token-threshold``; the scheduler's ``long_prefill_token_threshold``)
+LONG_PREFILL_FEATURE = "long_prefill"
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class CorpusRow:
     gpu_memory_frac: float | None = None
     features: frozenset[str] = frozenset()
     p99_bounds_ms: tuple[float, float] | None = None  # (TTFT, TPOT): the load was raised until these held
+    long_prefill_tokens: int | None = None  # each prompt's tokens in one step capped at this
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -230,19 +234,30 @@ def _dataset(text: str, where: str) -> str:
     return name
 
 
-def _features(text: str, where: str) -> tuple[frozenset[str], tuple[float, float] | None]:
-    """The row's features and its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``), if it states them."""
-    found, bounds = set(), None
+def _features(text: str, where: str) -> tuple[frozenset[str], tuple[float, float] | None, int | None]:
+    """The row's features, its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``) and its per-prompt step cap
+    (``long_prefill=<tokens>``), where it states them."""
+    found, bounds, long_prefill = set(), None, None
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
         if name.startswith(BOUND_FEATURE + "="):
             bounds = _bounds(name, where)
+        elif name.startswith(LONG_PREFILL_FEATURE + "="):
+            long_prefill = _long_prefill(name, where)
         elif name in FEATURES:
             found.add(name)
         else:
-            known = ", ".join([*FEATURES, f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>"])
+            known = ", ".join([*FEATURES, f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return frozenset(found), bounds
+    return frozenset(found), bounds, long_prefill
+
+
+def _long_prefill(text: str, where: str) -> int:
+    tokens = text.split("=", 1)[1]
+    if not (tokens.isdigit() and int(tokens) > 0):
+        problem = f"{shown_value(text)}: write {LONG_PREFILL_FEATURE}=<tokens>, a whole number > 0"
+        raise ConfigError(where, "features", problem)
+    return int(tokens)
 
 
 def _bounds(text: str, where: str) -> tuple[float, float]:
@@ -276,7 +291,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     pp = _integer(raw["pp"], "pp", where) or 1
     dp = _integer(raw["dp"], "dp", where) or 1
     num_gpus = _integer(raw["num_gpus"], "num_gpus", where) or tp * pp * dp
-    features, bounds = _features(raw["features"], where)
+    features, bounds, long_prefill = _features(raw["features"], where)
     if bounds is not None and (load_kind != "rate" or load is None or not math.isfinite(load)):
         problem = f"{BOUND_FEATURE} needs a rate row with a finite rate (the rate it searches from)"
         raise ConfigError(where, "features", problem)
@@ -308,6 +323,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         gpu_memory_frac=_fraction(raw["gpu_memory_frac"], where),
         features=features,
         p99_bounds_ms=bounds,
+        long_prefill_tokens=long_prefill,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

@@ -14,7 +14,8 @@ Lengths are fixed for synthetic (``random``) rows, and uniform within ``R`` of t
 mean lengths draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
 its scheduler defaults, unless the row states ``max_num_seqs`` or ``max_num_batched_tokens``.
 Requests served over HTTP (``concurrency`` and ``rate``) pass the engine's front end; offline ones
-(the engine's Python or C++ API) do not.
+(the engine's Python or C++ API) do not. Served over several data-parallel replicas, they are spread
+the way the engine spreads them (:data:`DP_ROUTERS`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
     "vllm": ("vllm-v1", (0, 8)),
     "sglang": ("sglang", (0, 4)),
     "trtllm": ("trtllm", (0, 17)),
+}
+
+# how an engine serving data-parallel replicas behind one endpoint spreads requests over them
+DP_ROUTERS: dict[str, str] = {
+    # vllm serve --data-parallel-size: the lowest 4 x waiting + running (vllm/v1/engine/core_client.py,
+    # DPLBAsyncMPClient, vLLM 0.9 on)
+    "vllm": "vllm_dp",
+    # sglang --dp-size: --load-balance-method defaults to round_robin (python/sglang/srt/server_args.py)
+    "sglang": "round_robin",
+    # trtllm-serve has no data parallelism of its own: the harness in front spreads requests; its rule is
+    # not published, and round robin is the simulator's default
+    "trtllm": "round_robin",
 }
 
 
@@ -368,6 +381,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         scheduler["max_num_seqs"] = row.max_num_seqs
     if row.max_num_batched_tokens is not None:
         scheduler["max_num_batched_tokens"] = row.max_num_batched_tokens
+    if row.long_prefill_tokens is not None:
+        scheduler["long_prefill_token_threshold"] = row.long_prefill_tokens
     if together > 1:
         scheduler["max_num_seqs"] = max(together, scheduler.get("max_num_seqs", 0))
     assumed: list[str] = [assumption] if assumption else []
@@ -407,6 +422,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         assumed.append(f"one of the {row.dp} identical replicas simulated, its throughput counted {row.dp} times")
     if steady and row.load_kind == "rate":  # latencies of requests arriving in the run's steady state
         mapping["metrics"] = {"warmup_requests": simulated // 2, "cooldown_requests": simulated // 10}
+    if row.dp > 1 and not one_replica and row.load_kind in ("concurrency", "rate"):
+        mapping["router"] = {"kind": DP_ROUTERS[row.engine]}
     if scheduler:
         mapping["scheduler"] = scheduler
     if kv:

@@ -95,6 +95,29 @@ def test_a_stated_memory_fraction_and_eager_engine_are_kept():
     assert mapping["cluster"]["cuda_graphs"] is False
 
 
+@pytest.mark.parametrize(
+    ("engine", "load_kind", "router"),
+    [
+        ("vllm", "rate", "vllm_dp"),  # vllm serve --data-parallel-size balances by waiting and running
+        ("vllm", "concurrency", "vllm_dp"),
+        ("sglang", "rate", "round_robin"),  # sglang --dp-size: round robin by default
+        ("trtllm", "rate", "round_robin"),
+        ("vllm", "offline", None),  # no endpoint: queued requests split evenly (one replica simulated)
+    ],
+)
+def test_data_parallel_replicas_are_served_as_the_engine_spreads_requests(engine, load_kind, router):
+    version = {"vllm": "0.10.1", "sglang": "0.4.9", "trtllm": "1.0"}[engine]
+    load = None if load_kind == "offline" else 8
+    mapping = build(engine=engine, engine_version=version, dp=4, num_gpus=4, load_kind=load_kind, load=load).mapping
+    assert mapping.get("router") == (None if router is None else {"kind": router})
+    assert "router" not in build(engine=engine, engine_version=version, load_kind=load_kind, load=load).mapping
+
+
+def test_a_per_prompt_step_cap_reaches_the_scheduler():
+    assert build(long_prefill_tokens=256).mapping["scheduler"] == {"long_prefill_token_threshold": 256}
+    assert "scheduler" not in build().mapping
+
+
 def test_long_poisson_benchmarks_are_cut_to_their_steady_state():
     row = dataclasses.replace(ROW, load_kind="rate", load=10.0, num_requests=500_000,
                               metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 30_000.0})  # fmt: skip
