@@ -2,8 +2,8 @@
 
 A router sees replicas only through :class:`ReplicaView` and returns an index into the sequence
 it was given. Per request, a policy does O(1) work (round robin, random, power of two) or one
-pass over the replicas (least outstanding, vLLM's data-parallel balancer, least KV, affinity); random draws come from the
-router's own stream, in chunks.
+pass over the replicas (least outstanding, vLLM's data-parallel balancer, least KV, affinity);
+random draws come from the router's own stream, in chunks.
 """
 
 from __future__ import annotations
