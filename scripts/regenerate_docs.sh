@@ -21,7 +21,7 @@ clustersim plan chat-60rps --out "$out/plan" --doc docs/sweeps.md#plan
 
 # docs/scenarios.md: routers on the Azure conversation trace
 clustersim compare azure-conv-replay \
-  --vary router.kind=round_robin,random,least_outstanding,least_kv,power_of_two,affinity \
+  --vary router.kind=round_robin,random,least_outstanding,vllm_dp,least_kv,power_of_two,affinity \
   --columns "$LAT" --out "$out/routers" --doc docs/scenarios.md#routers
 
 # docs/scenarios.md: a measurement window on a short and a long run
