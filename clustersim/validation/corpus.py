@@ -89,13 +89,20 @@ FEATURES = {
     "spec_decode": "speculative decoding (draft model, EAGLE, MTP, n-gram)",
     "prefix_cache_hits": "prompts repeat, so the prefix cache serves part of them",
     "multi_node": "the deployment spans nodes",
+    "max_utilization": "TensorRT-LLM's batch_scheduler_policy MAX_UTILIZATION (its default is GUARANTEED_NO_EVICT)",
+    "chunked_context": "TensorRT-LLM's enable_chunked_context (off by default)",
 }
+TRTLLM_FEATURES = ("max_utilization", "chunked_context")  # TensorRT-LLM's runtime options
 # ``p99_bound=<TTFT ms>/<TPOT ms>``: the load is the highest rate at which the 99th percentiles of TTFT and
 # TPOT stay within these bounds (MLPerf Server and Interactive, whose bounds are in loadgen/mlperf.conf)
 BOUND_FEATURE = "p99_bound"
 # ``long_prefill=<tokens>``: each prompt's tokens in one step were capped there (vLLM's
 # ``--long-prefill-token-threshold``; the scheduler's ``long_prefill_token_threshold``)
 LONG_PREFILL_FEATURE = "long_prefill"
+# ``dispatch=<rule>``: how the row's harness spread requests over its data-parallel instances, where it
+# does so itself (without it, as the engine does: rowscenario.DP_ROUTERS); the rules are router kinds
+DISPATCH_FEATURE = "dispatch"
+DISPATCH_RULES = ("round_robin", "least_outstanding", "vllm_dp")
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ class CorpusRow:
     features: frozenset[str] = frozenset()
     p99_bounds_ms: tuple[float, float] | None = None  # (TTFT, TPOT): the load was raised until these held
     long_prefill_tokens: int | None = None  # each prompt's tokens in one step capped at this
+    dispatch: str | None = None  # the harness's rule over data-parallel instances (a router kind)
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -234,22 +242,38 @@ def _dataset(text: str, where: str) -> str:
     return name
 
 
-def _features(text: str, where: str) -> tuple[frozenset[str], tuple[float, float] | None, int | None]:
-    """The row's features, its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``) and its per-prompt step cap
-    (``long_prefill=<tokens>``), where it states them."""
-    found, bounds, long_prefill = set(), None, None
+@dataclass(frozen=True)
+class _Stated:
+    """What a row's ``features`` column states."""
+
+    features: frozenset[str]
+    bounds: tuple[float, float] | None
+    long_prefill: int | None
+    dispatch: str | None
+
+
+def _features(text: str, where: str) -> _Stated:
+    """The row's features, its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``), its per-prompt step cap
+    (``long_prefill=<tokens>``) and its harness's dispatch rule (``dispatch=<rule>``), where it states them."""
+    found, bounds, long_prefill, dispatch = set(), None, None, None
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
         if name.startswith(BOUND_FEATURE + "="):
             bounds = _bounds(name, where)
         elif name.startswith(LONG_PREFILL_FEATURE + "="):
             long_prefill = _long_prefill(name, where)
+        elif name.startswith(DISPATCH_FEATURE + "="):
+            dispatch = name.split("=", 1)[1]
+            if dispatch not in DISPATCH_RULES:
+                problem = f"{shown_value(name)}: write {DISPATCH_FEATURE}=<rule>, one of {', '.join(DISPATCH_RULES)}"
+                raise ConfigError(where, "features", problem)
         elif name in FEATURES:
             found.add(name)
         else:
-            known = ", ".join([*FEATURES, f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>"])
+            valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>"]
+            known = ", ".join([*FEATURES, *valued, f"{DISPATCH_FEATURE}=<rule>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return frozenset(found), bounds, long_prefill
+    return _Stated(frozenset(found), bounds, long_prefill, dispatch)
 
 
 def _long_prefill(text: str, where: str) -> int:
@@ -291,9 +315,14 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     pp = _integer(raw["pp"], "pp", where) or 1
     dp = _integer(raw["dp"], "dp", where) or 1
     num_gpus = _integer(raw["num_gpus"], "num_gpus", where) or tp * pp * dp
-    features, bounds, long_prefill = _features(raw["features"], where)
+    stated = _features(raw["features"], where)
+    features, bounds = stated.features, stated.bounds
     if bounds is not None and (load_kind != "rate" or load is None or not math.isfinite(load)):
         problem = f"{BOUND_FEATURE} needs a rate row with a finite rate (the rate it searches from)"
+        raise ConfigError(where, "features", problem)
+    engine_only = [f for f in TRTLLM_FEATURES if f in features]
+    if engine_only and raw["engine"].lower() != "trtllm":
+        problem = f"{engine_only[0]} is a TensorRT-LLM option; the engine is {raw['engine']}"
         raise ConfigError(where, "features", problem)
     return CorpusRow(
         row_id=raw["id"],
@@ -323,7 +352,8 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         gpu_memory_frac=_fraction(raw["gpu_memory_frac"], where),
         features=features,
         p99_bounds_ms=bounds,
-        long_prefill_tokens=long_prefill,
+        long_prefill_tokens=stated.long_prefill,
+        dispatch=stated.dispatch,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

@@ -60,8 +60,8 @@ DP_ROUTERS: dict[str, str] = {
     "vllm": "vllm_dp",
     # sglang --dp-size: --load-balance-method defaults to round_robin (python/sglang/srt/server_args.py)
     "sglang": "round_robin",
-    # trtllm-serve has no data parallelism of its own: the harness in front spreads requests; its rule is
-    # not published, and round robin is the simulator's default
+    # trtllm-serve has no data parallelism of its own: the harness in front spreads requests (a row whose
+    # harness publishes its rule states it: dispatch=<rule>); round robin otherwise
     "trtllm": "round_robin",
 }
 
@@ -326,6 +326,22 @@ def _trtllm_bench(
     return trtllm_bench_settings(model, memory, row.tp, row.pp, row.prompt_tokens or 1, row.output_tokens or 1)
 
 
+def _trtllm_policy(row: CorpusRow, scheduler: dict[str, Any], longest_prompt: int, assumed: list[str]) -> None:
+    """TensorRT-LLM's capacity policy and context chunking as the row ran them (its ``max_utilization`` and
+    ``chunked_context`` features; ``trtllm-bench``'s own settings already in ``scheduler``)."""
+    policy = scheduler.get("policy", "")
+    max_util = "max_utilization" in row.features or policy.startswith("trtllm_max_utilization")
+    chunked = "chunked_context" in row.features or policy.endswith("_chunked")
+    budget = scheduler.get("max_num_batched_tokens")
+    if not chunked and budget is not None and longest_prompt > budget:
+        # a prompt longer than the token budget runs only in chunks (TensorRT-LLM refuses it otherwise)
+        chunked = True
+        assumed.append(f"prompts up to {longest_prompt} tokens over a {budget}-token budget: chunked context")
+    if max_util or chunked:
+        base = "trtllm_max_utilization" if max_util else "trtllm_no_evict"
+        scheduler["policy"] = base + ("_chunked" if chunked else "")
+
+
 def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     """The scenario that re-runs ``row``'s benchmark, or why it cannot be simulated."""
 
@@ -399,11 +415,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         # trtllm-bench throughput: --enable_chunked_context defaults to true, --scheduler_policy guaranteed_no_evict
         scheduler["policy"] = "trtllm_no_evict_chunked"
         kv["gpu_memory_frac"] = TRTLLM_BENCH_KV_FRAC
-    budget = scheduler.get("max_num_batched_tokens")
-    if row.engine == "trtllm" and budget is not None and _longest_prompt(lengths) > budget:
-        # a prompt longer than the token budget runs only in chunks (TensorRT-LLM refuses it otherwise)
-        scheduler["policy"] = "trtllm_no_evict_chunked"
-        assumed.append(f"prompts up to {_longest_prompt(lengths)} tokens over a {budget}-token budget: chunked context")
+    if row.engine == "trtllm":
+        _trtllm_policy(row, scheduler, _longest_prompt(lengths), assumed)
     if row.gpu_memory_frac is not None:
         kv["gpu_memory_frac"] = row.gpu_memory_frac
     simulated = num_requests(row)
@@ -423,7 +436,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     if steady and row.load_kind == "rate":  # latencies of requests arriving in the run's steady state
         mapping["metrics"] = {"warmup_requests": simulated // 2, "cooldown_requests": simulated // 10}
     if row.dp > 1 and not one_replica and row.load_kind in ("concurrency", "rate"):
-        mapping["router"] = {"kind": DP_ROUTERS[row.engine]}
+        mapping["router"] = {"kind": row.dispatch or DP_ROUTERS[row.engine]}
     if scheduler:
         mapping["scheduler"] = scheduler
     if kv:

@@ -79,6 +79,11 @@ def test_a_good_file_loads(tmp_path):
         ({"features": "eagr"}, "lab.csv:3: features: unknown feature 'eagr' (did you mean 'eager'?)"),
         ({"features": "p99_bound=2000"}, "lab.csv:3: features: 'p99_bound=2000': write p99_bound=<TTFT ms>/<TPOT ms>"),
         ({"features": "p99_bound=2000/200"}, "lab.csv:3: features: p99_bound needs a rate row with a finite rate"),
+        ({"features": "dispatch=fastest"}, "lab.csv:3: features: 'dispatch=fastest': write dispatch=<rule>, one of"),
+        (
+            {"features": "max_utilization"},
+            "lab.csv:3: features: max_utilization is a TensorRT-LLM option; the engine is",
+        ),
         ({"features": "long_prefill=0"}, "lab.csv:3: features: 'long_prefill=0': write long_prefill=<tokens>, a whole"),
         ({"features": "long_prefill=2.5k"}, "lab.csv:3: features: 'long_prefill=2.5k': write long_prefill=<tokens>"),
         (
@@ -121,12 +126,13 @@ def test_the_shipped_corpus_meets_its_bar():
     assert all(r.source_url.startswith("http") for r in rows)
 
 
-def test_a_row_may_state_its_per_prompt_step_cap(tmp_path):
-    capped = {**GOOD, "features": "long_prefill=256;eager"}
+def test_a_row_may_state_its_per_prompt_step_cap_and_dispatch_rule(tmp_path):
+    capped = {**GOOD, "features": "long_prefill=256;eager;dispatch=least_outstanding"}
     (row,) = load_corpus_file(write(tmp_path, "lab.csv", [capped]))
     assert row.long_prefill_tokens == 256 and row.features == frozenset({"eager"})
+    assert row.dispatch == "least_outstanding"
     (plain,) = load_corpus_file(write(tmp_path, "lab.csv", [GOOD]))
-    assert plain.long_prefill_tokens is None
+    assert plain.long_prefill_tokens is None and plain.dispatch is None
 
 
 def test_a_rate_row_may_state_the_p99_bounds_its_rate_was_raised_to(tmp_path):

@@ -89,6 +89,23 @@ def test_trtllm_bench_rows_get_its_batch_limits_and_memory_fraction():
     assert long.mapping["scheduler"]["policy"] == "trtllm_no_evict_chunked"  # 20,000 tokens over a smaller budget
 
 
+@pytest.mark.parametrize(
+    ("features", "prompt_tokens", "policy"),
+    [
+        (frozenset(), 1000, None),  # TensorRT-LLM's default: GUARANTEED_NO_EVICT, no chunking
+        (frozenset({"chunked_context"}), 1000, "trtllm_no_evict_chunked"),
+        (frozenset({"max_utilization"}), 1000, "trtllm_max_utilization"),
+        (frozenset({"max_utilization", "chunked_context"}), 1000, "trtllm_max_utilization_chunked"),
+        (frozenset({"max_utilization"}), 5000, "trtllm_max_utilization_chunked"),  # over the 4,096 budget
+        (frozenset(), 5000, "trtllm_no_evict_chunked"),
+    ],
+)
+def test_trtllm_rows_run_the_capacity_policy_and_chunking_they_state(features, prompt_tokens, policy):
+    built = build(engine="trtllm", engine_version="1.0", load_kind="rate", load=10.0, max_num_batched_tokens=4096,
+                  features=features, prompt_tokens=prompt_tokens)  # fmt: skip
+    assert built.mapping["scheduler"].get("policy") == policy
+
+
 def test_a_stated_memory_fraction_and_eager_engine_are_kept():
     mapping = build(gpu_memory_frac=0.5, features=frozenset({"eager"})).mapping
     assert mapping["kv"] == {"gpu_memory_frac": 0.5}
@@ -111,6 +128,12 @@ def test_data_parallel_replicas_are_served_as_the_engine_spreads_requests(engine
     mapping = build(engine=engine, engine_version=version, dp=4, num_gpus=4, load_kind=load_kind, load=load).mapping
     assert mapping.get("router") == (None if router is None else {"kind": router})
     assert "router" not in build(engine=engine, engine_version=version, load_kind=load_kind, load=load).mapping
+
+
+def test_a_harness_that_states_its_dispatch_rule_overrides_the_engines():
+    stated = build(engine="trtllm", engine_version="1.0", dp=8, num_gpus=8, load_kind="rate", load=10.0,
+                   dispatch="least_outstanding")  # fmt: skip
+    assert stated.mapping["router"] == {"kind": "least_outstanding"}
 
 
 def test_a_per_prompt_step_cap_reaches_the_scheduler():
