@@ -99,8 +99,8 @@ BOUND_FEATURE = "p99_bound"
 # ``long_prefill=<tokens>``: each prompt's tokens in one step were capped there (vLLM's
 # ``--long-prefill-token-threshold``; the scheduler's ``long_prefill_token_threshold``)
 LONG_PREFILL_FEATURE = "long_prefill"
-# ``dispatch=<rule>``: how the row's harness spread requests over its data-parallel instances, where it
-# does so itself (without it, as the engine does: rowscenario.DP_ROUTERS); the rules are router kinds
+# ``dispatch=<rule>``: how requests were spread over the row's data-parallel instances, where a source says
+# (the harness's rule, or the engine's own behind one endpoint); the rules are router kinds
 DISPATCH_FEATURE = "dispatch"
 DISPATCH_RULES = ("round_robin", "least_outstanding", "vllm_dp")
 

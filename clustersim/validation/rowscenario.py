@@ -14,8 +14,9 @@ Lengths are fixed for synthetic (``random``) rows, and uniform within ``R`` of t
 mean lengths draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
 its scheduler defaults, unless the row states ``max_num_seqs`` or ``max_num_batched_tokens``.
 Requests served over HTTP (``concurrency`` and ``rate``) pass the engine's front end; offline ones
-(the engine's Python or C++ API) do not. Served over several data-parallel replicas, they are spread
-the way the engine spreads them (:data:`DP_ROUTERS`).
+(the engine's Python or C++ API) do not. Served over several data-parallel replicas, they are spread by
+the rule the row states (``dispatch=<rule>``: its harness's published rule, or the engine's own where one
+endpoint serves every replica, as ``vllm serve --data-parallel-size``), else round robin (assumed).
 """
 
 from __future__ import annotations
@@ -52,19 +53,6 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
     "sglang": ("sglang", (0, 4)),
     "trtllm": ("trtllm", (0, 17)),
 }
-
-# how an engine serving data-parallel replicas behind one endpoint spreads requests over them
-DP_ROUTERS: dict[str, str] = {
-    # vllm serve --data-parallel-size: the lowest 4 x waiting + running (vllm/v1/engine/core_client.py,
-    # DPLBAsyncMPClient, vLLM 0.9 on)
-    "vllm": "vllm_dp",
-    # sglang --dp-size: --load-balance-method defaults to round_robin (python/sglang/srt/server_args.py)
-    "sglang": "round_robin",
-    # trtllm-serve has no data parallelism of its own: the harness in front spreads requests (a row whose
-    # harness publishes its rule states it: dispatch=<rule>); round robin otherwise
-    "trtllm": "round_robin",
-}
-
 
 @dataclass(frozen=True)
 class LengthShape:
@@ -436,7 +424,10 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     if steady and row.load_kind == "rate":  # latencies of requests arriving in the run's steady state
         mapping["metrics"] = {"warmup_requests": simulated // 2, "cooldown_requests": simulated // 10}
     if row.dp > 1 and not one_replica and row.load_kind in ("concurrency", "rate"):
-        mapping["router"] = {"kind": row.dispatch or DP_ROUTERS[row.engine]}
+        if row.dispatch is not None:
+            mapping["router"] = {"kind": row.dispatch}
+        else:
+            assumed.append(f"requests spread round robin over the {row.dp} replicas (no published rule)")
     if scheduler:
         mapping["scheduler"] = scheduler
     if kv:

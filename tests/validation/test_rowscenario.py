@@ -113,21 +113,20 @@ def test_a_stated_memory_fraction_and_eager_engine_are_kept():
 
 
 @pytest.mark.parametrize(
-    ("engine", "load_kind", "router"),
+    ("dispatch", "load_kind", "router"),
     [
-        ("vllm", "rate", "vllm_dp"),  # vllm serve --data-parallel-size balances by waiting and running
-        ("vllm", "concurrency", "vllm_dp"),
-        ("sglang", "rate", "round_robin"),  # sglang --dp-size: round robin by default
-        ("trtllm", "rate", "round_robin"),
-        ("vllm", "offline", None),  # no endpoint: queued requests split evenly (one replica simulated)
+        ("vllm_dp", "rate", "vllm_dp"),  # vllm serve --data-parallel-size: the engine's own balancer
+        ("least_outstanding", "concurrency", "least_outstanding"),
+        (None, "rate", None),  # no published rule: round robin, the simulator's default, said as assumed
+        ("vllm_dp", "offline", None),  # no endpoint: queued requests split evenly (one replica simulated)
     ],
 )
-def test_data_parallel_replicas_are_served_as_the_engine_spreads_requests(engine, load_kind, router):
-    version = {"vllm": "0.10.1", "sglang": "0.4.9", "trtllm": "1.0"}[engine]
+def test_data_parallel_replicas_are_spread_by_the_stated_rule(dispatch, load_kind, router):
     load = None if load_kind == "offline" else 8
-    mapping = build(engine=engine, engine_version=version, dp=4, num_gpus=4, load_kind=load_kind, load=load).mapping
-    assert mapping.get("router") == (None if router is None else {"kind": router})
-    assert "router" not in build(engine=engine, engine_version=version, load_kind=load_kind, load=load).mapping
+    built = build(dp=4, num_gpus=4, load_kind=load_kind, load=load, dispatch=dispatch)
+    assert built.mapping.get("router") == (None if router is None else {"kind": router})
+    assert any("round robin" in a for a in built.assumptions) == (dispatch is None and load_kind != "offline")
+    assert "router" not in build(load_kind=load_kind, load=load, dispatch=dispatch).mapping  # one replica
 
 
 def test_a_harness_that_states_its_dispatch_rule_overrides_the_engines():
