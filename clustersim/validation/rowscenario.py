@@ -54,6 +54,7 @@ ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
     "trtllm": ("trtllm", (0, 17)),
 }
 
+
 @dataclass(frozen=True)
 class LengthShape:
     """A dataset's length distribution at the row's mean lengths: ``lognormal`` with these sigmas (the
