@@ -1,6 +1,8 @@
 """Waiting queues: the order in which a replica considers waiting requests (pure, no simpy).
 
-Every queue puts preempted requests first (they hold partial output), then orders the rest:
+Every queue puts preempted requests first (they hold partial output), then orders the rest; a
+disaggregated request whose KV cache has landed goes first too, and a request preempted later goes
+behind it, since the blocks it holds come free only once it runs (:func:`push_front_of`):
 
 * ``fcfs``: arrival order.
 * ``shortest_prompt_first``: shortest prompt first, with aging: a request's key is
@@ -21,7 +23,20 @@ from typing import Protocol
 
 from clustersim.config.scenario import FairShareOrdering, Ordering, ShortestPromptFirstOrdering
 from clustersim.registry import Registry
-from clustersim.workload.request import Request
+from clustersim.workload.request import LANDED, Request
+
+
+def push_front_of(front: deque[Request], request: Request) -> None:
+    """Put ``request`` at the front of ``front``, behind the requests there whose KV cache has landed
+    (each holds its blocks until it runs: a preempted request ahead of them that needs blocks would wait
+    for blocks that only they can free)."""
+    if request.remote_kv == LANDED or not front or front[0].remote_kv != LANDED:
+        front.appendleft(request)
+        return
+    index = 1
+    while index < len(front) and front[index].remote_kv == LANDED:
+        index += 1
+    front.insert(index, request)
 
 
 class WaitingQueue(Protocol):
@@ -65,7 +80,7 @@ class FcfsQueue:
         self._items.append(request)
 
     def push_front(self, request: Request) -> None:
-        self._items.appendleft(request)
+        push_front_of(self._items, request)
 
     def peek(self) -> Request:
         return self._items[0]
@@ -100,7 +115,7 @@ class _KeyedQueue:
         heapq.heappush(self._heap, (self._key(request), request.arrival_at_s, request.request_id, request))
 
     def push_front(self, request: Request) -> None:
-        self._front.appendleft(request)
+        push_front_of(self._front, request)
 
     def peek(self) -> Request:
         return self._front[0] if self._front else self._heap[0][3]
@@ -173,7 +188,7 @@ class FairShareQueue:
         self._size += 1
 
     def push_front(self, request: Request) -> None:
-        self._front.appendleft(request)
+        push_front_of(self._front, request)
 
     def _next_tenant(self) -> str:
         # least admitted work per unit weight; ties by tenant name (deterministic)
