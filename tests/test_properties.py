@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -336,10 +339,38 @@ def assert_marked_by_the_window(rows: list[dict[str, Any]], window: dict[str, An
     assert window["num_measured"] == sum(row["measured"] for row in rows)
 
 
+RUN_LIMIT_S = 60  # one run of these scenarios takes well under a second; longer means the run never ends
+
+
+class RunHung(Exception):
+    """A property-test run went on past RUN_LIMIT_S (a replica waiting on itself, a loop without progress)."""
+
+
+@contextmanager
+def time_limit(seconds: int) -> Iterator[None]:
+    """Raise RunHung in the block after ``seconds`` (where the platform has SIGALRM), so a run that
+    never ends fails with its scenario shown instead of holding the suite until CI's limit."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def hung(signum: int, frame: Any) -> None:
+        raise RunHung(f"the run did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
     raw = with_faults(with_window(with_prefix_caching(with_disaggregation(raw))))
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
-    return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
+    with time_limit(RUN_LIMIT_S):
+        return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 
 
 @settings(
