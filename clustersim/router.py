@@ -119,6 +119,11 @@ class LeastOutstanding:
         return least_outstanding(replicas)
 
 
+def _vllm_dp_score(replica: ReplicaView) -> int:
+    """``4 x waiting + running``, with running = outstanding - waiting."""
+    return 3 * replica.num_waiting + replica.num_outstanding
+
+
 class VllmDP:
     """vLLM's data-parallel load balancer (vllm/v1/engine/core_client.py, ``DPLBAsyncMPClient.
     get_core_engine_for_request``): the replica with the lowest ``4 x waiting + running``, the first
@@ -126,11 +131,10 @@ class VllmDP:
     plus the requests it sent since; the counts here are the replicas' own at the arrival."""
 
     def choose(self, request: Request, replicas: Sequence[ReplicaView]) -> int:
-        best, best_score = 0, -1
-        for index, replica in enumerate(replicas):
-            waiting = replica.num_waiting
-            score = 3 * waiting + replica.num_outstanding  # outstanding = waiting + running
-            if best_score < 0 or score < best_score:
+        best, best_score = 0, _vllm_dp_score(replicas[0])
+        for index in range(1, len(replicas)):
+            score = _vllm_dp_score(replicas[index])
+            if score < best_score:
                 best, best_score = index, score
         return best
 
