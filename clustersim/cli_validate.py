@@ -86,6 +86,13 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
     show_default=True,
     help="... of each leave-one-publisher-out fit, at most (each stops when converged).",
 )
+@click.option(
+    "--start-from",
+    "start_from",
+    type=click.Path(path_type=Path),
+    metavar="FOLDER",
+    help="With --fit: start each fit where the same fit of an earlier --out FOLDER ended.",
+)
 @click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
 @click.option("--no-cv", is_flag=True, help="With --fit: skip the leave-one-publisher-out fits (in-sample only).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -99,6 +106,7 @@ def validate_command(
     do_fit: bool,
     iterations: int,
     fold_iterations: int,
+    start_from: Path | None,
     write_profiles: bool,
     no_cv: bool,
     quiet: bool,
@@ -114,8 +122,10 @@ def validate_command(
     under --out/fits/, so the same --out again resumes an interrupted fit.
     """
     started = time.perf_counter()
-    if (write_profiles or no_cv) and not do_fit:
-        fail("--write-profiles and --no-cv need --fit")
+    if (write_profiles or no_cv or start_from) and not do_fit:
+        fail("--write-profiles, --no-cv and --start-from need --fit")
+    if start_from is not None and not (start_from / "fits").is_dir():
+        fail(f"--start-from: {start_from} holds no fits/ folder (give the --out of an earlier `validate --fit`)")
     if no_cv and doc:
         fail("--doc with --fit writes cross-validated errors: drop --no-cv")
     try:
@@ -133,7 +143,8 @@ def validate_command(
             if (why := infeasible_ttft(row, catalogue)) is not None:
                 click.echo(f"warning: {row.file}:{row.line}: {row.row_id}: {why} (feature prefix_cache_hits)", err=True)
         if do_fit:
-            fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet)
+            fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet,
+                                     start_from / "fits" if start_from else None)  # fmt: skip
             _fit(rows, catalogue, folder, corpus_dir, fit_options, doc)
         else:
             _validate(rows, catalogue, folder, jobs, quiet, doc)
@@ -168,6 +179,7 @@ class FitOptions:
     cross_validate: bool
     write_profiles: bool
     quiet: bool
+    start_from: Path | None = None  # an earlier run's fits/ folder
 
 
 def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, options: FitOptions,
@@ -175,7 +187,7 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
     say = (lambda message: None) if options.quiet else (lambda message: click.echo(message, err=True))
     with claimed_folder(folder):  # held while fitting: its fits/ resume an interrupted fit
         result = fit_corpus(rows, catalogue, options.jobs, options.iterations, say, options.fold_iterations,
-                            options.cross_validate, folder / "fits")  # fmt: skip
+                            options.cross_validate, folder / "fits", options.start_from)  # fmt: skip
         for name, outcomes in (("cross-validated", result.cross_validated), ("in-sample", result.in_sample)):
             (folder / name).mkdir(exist_ok=True)
             write_tables([*outcomes, *result.skipped], folder / name)

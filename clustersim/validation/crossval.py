@@ -37,7 +37,7 @@ from clustersim.validation.corpusfit import (
     scratch_dir,
     solver_start,
 )
-from clustersim.validation.fitcache import cached_fit, fit_key
+from clustersim.validation.fitcache import cached_fit, fit_key, saved_values
 from clustersim.validation.predict import Prediction
 from clustersim.validation.rowscenario import row_scenario
 from clustersim.validation.runcorpus import RowOutcome, profiles_sha256
@@ -86,9 +86,13 @@ def fit_corpus(
     fold_iterations: int | None = None,
     cross_validate: bool = True,
     checkpoints: Path | None = None,
+    start_from: Path | None = None,
 ) -> CorpusFit:
     """Fit on every simulable row, then (``cross_validate``) once per publisher without its rows; each
-    fit's outcome is kept under ``checkpoints`` and reused from there while its inputs are the same."""
+    fit's outcome is kept under ``checkpoints`` and reused from there while its inputs are the same.
+    With ``start_from`` (another run's ``checkpoints``), each fit starts where the same fit there ended:
+    the all-rows fit at its values, each fold at the values the earlier fold without the same publisher
+    reached for the parameters the left-out rows touch (:func:`_reset`), never at values fitted to them."""
     say = on_progress or (lambda _: None)
     built = [row_scenario(r, catalogue) for r in rows]
     skipped = [RowOutcome(b.row, "skipped", b.skip_reason or "", {}, {}) for b in built if b.mapping is None]
@@ -111,10 +115,14 @@ def fit_corpus(
                 key = fit_key(profiles_hash, subset, params, x0, active, iterations, every)
                 ev = evaluator(subset, name)
                 return cached_fit(checkpoints, name, key,
-                                  lambda: fit(ev, x0, active, iterations, progress(name), every))  # fmt: skip
+                                  lambda: fit(ev, x0, active, iterations, progress(name), every),
+                                  [p.label for p in params])  # fmt: skip
 
             everything = evaluator(frows, "all")
             start = np.asarray([solver_start(p) for p in params])
+            if start_from is not None:  # where the earlier all-rows fit ended, for every parameter it names
+                earlier_all = saved_values(start_from, "all-rows")
+                start = np.asarray([earlier_all.get(p.label, x) for p, x in zip(params, start, strict=True)])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
             say(f"all rows: {_fold_line(all_rows)}")
             x_all = all_rows.x
@@ -124,7 +132,8 @@ def fit_corpus(
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
-                fold_start = _reset(params, x_all, held)
+                earlier = saved_values(start_from, f"without-{publisher}") if start_from else {}
+                fold_start = _reset(params, x_all, held, earlier)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 x_fold = fold_start
                 if active:
@@ -142,12 +151,14 @@ def fit_corpus(
                      folds)  # fmt: skip
 
 
-def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow]) -> np.ndarray:
-    """A fold's start: the all-rows fit, with every parameter the held-out rows touch back at its start."""
+def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow],
+           earlier: dict[str, float] | None = None) -> np.ndarray:  # fmt: skip
+    """A fold's start: the all-rows fit, with every parameter the held-out rows touch back at its start,
+    or at its value in ``earlier`` (where an earlier fit without the same rows ended)."""
     start = x_all.copy()
     for i, param in enumerate(params):
         if _touched(param, held):
-            start[i] = solver_start(param)
+            start[i] = (earlier or {}).get(param.label, solver_start(param))
     return start
 
 

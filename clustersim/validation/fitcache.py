@@ -1,7 +1,9 @@
 """Resuming a corpus fit: each fit's outcome (the all-rows fit, every leave-one-publisher-out fold) is
 kept as a JSON file under the run folder, keyed by everything it depends on, so that ``clustersim
 validate --fit --out FOLDER`` given the same folder again reruns only the fits whose inputs changed
-(a fit of the whole corpus runs for hours; an interrupted one resumes at the fold it was in)."""
+(a fit of the whole corpus runs for hours; an interrupted one resumes at the fold it was in). Each file also
+names the parameters of its vector, so that a later fit can start where this one ended
+(:func:`saved_values`, ``clustersim validate --fit --start-from FOLDER``)."""
 
 from __future__ import annotations
 
@@ -31,9 +33,11 @@ def fit_key(profiles_hash: str, rows: Sequence[FitRow], params: Sequence[FitPara
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def cached_fit(folder: Path | None, name: str, key: str, run: Callable[[], FitOutcome]) -> FitOutcome:
+def cached_fit(folder: Path | None, name: str, key: str, run: Callable[[], FitOutcome],
+               labels: Sequence[str] = ()) -> FitOutcome:  # fmt: skip
     """``run()``'s outcome, read from ``folder/name.json`` when that file holds the same ``key``, else
-    computed and written there (atomically) before it is returned. No folder: always computed."""
+    computed and written there (atomically, with the parameters' ``labels``) before it is returned. No
+    folder: always computed."""
     path = folder / f"{name}.json" if folder is not None else None
     if path is not None and path.exists():
         try:
@@ -46,9 +50,23 @@ def cached_fit(folder: Path | None, name: str, key: str, run: Callable[[], FitOu
     outcome = run()
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"key": key, "x": [float(v) for v in outcome.x], "evaluations": outcome.evaluations,
-                  "converged": outcome.converged}  # fmt: skip
+        record = {"key": key, "labels": list(labels), "x": [float(v) for v in outcome.x],
+                  "evaluations": outcome.evaluations, "converged": outcome.converged}  # fmt: skip
         partial = path.with_suffix(".json.part")
         partial.write_text(json.dumps(record, indent=1), encoding="utf-8")
         os.replace(partial, path)
     return outcome
+
+
+def saved_values(folder: Path, name: str) -> dict[str, float]:
+    """Where the fit kept as ``folder/name.json`` ended, by parameter label (solver units); empty when
+    there is no such file or it does not name its parameters (written before files did)."""
+    path = folder / f"{name}.json"
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    labels, x = saved.get("labels") or [], saved.get("x") or []
+    if len(labels) != len(x):
+        return {}
+    return {str(label): float(value) for label, value in zip(labels, x, strict=True)}

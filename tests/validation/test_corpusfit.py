@@ -23,8 +23,9 @@ from clustersim.validation.corpusfit import (
     parameters,
     prior_weight,
     reference_engines,
+    solver_start,
 )
-from clustersim.validation.crossval import efficiency_yaml, fit_corpus
+from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
 
@@ -214,3 +215,22 @@ def test_a_fit_at_its_cap_says_it_did_not_converge():
     frows, params = _closed_form_rows(np.full(32, -0.3))
     outcome = corpusfit.fit(_ClosedForm(frows, params), np.zeros(len(params)), list(range(len(params))), 1)  # type: ignore[arg-type]
     assert not outcome.converged and outcome.evaluations == 1
+
+
+def test_a_fold_restarts_what_its_left_out_rows_touch_from_an_earlier_fold_never_from_the_all_rows_fit():
+    rows = [dataclasses.replace(BASE, row_id="a-h100", publisher="a", gpu="H100-SXM"),
+            dataclasses.replace(BASE, row_id="b-a100", publisher="b", gpu="A100-80GB")]  # fmt: skip
+    frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    params = parameters(frows)
+    x_all = np.full(len(params), 0.5)
+    held = [r for r in frows if r.row.publisher == "a"]
+    fresh = _reset(params, x_all, held)
+    warm = _reset(params, x_all, held, {"all.compute.hopper": -0.2, "all.compute.ampere": 0.9})
+    for param, cold, started in zip(params, fresh, warm, strict=True):
+        if not param.touches_row(held[0]):
+            assert cold == started == 0.5  # untouched by the left-out rows: the all-rows fit's value
+        elif param.label == "all.compute.hopper":
+            assert (cold, started) == (solver_start(param), -0.2)  # where the earlier fold without "a" ended
+        else:
+            assert cold == started == solver_start(param)  # touched, not named by the earlier fold
+    assert warm[[p.label for p in params].index("all.compute.ampere")] == 0.5  # b's, not reset for a's fold

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from clustersim.validation.corpusfit import FitOutcome
-from clustersim.validation.fitcache import cached_fit
+from clustersim.validation.fitcache import cached_fit, saved_values
 
 
 def _outcome() -> FitOutcome:
@@ -74,3 +74,11 @@ def test_the_key_is_the_same_in_every_process(seeds):
         found = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
         keys.add(found.stdout.strip())
     assert len(keys) == 1 and len(next(iter(keys))) == 64
+
+
+def test_a_kept_fit_names_its_parameters_and_a_later_fit_reads_where_it_ended(tmp_path):
+    cached_fit(tmp_path, "without-a", "k", _outcome, ["x.compute", "x.memory", "x.frontend"])
+    assert saved_values(tmp_path, "without-a") == {"x.compute": 0.1, "x.memory": -0.25, "x.frontend": 1.5}
+    assert saved_values(tmp_path, "without-b") == {}  # no such fit
+    (tmp_path / "old.json").write_text(json.dumps({"key": "k", "x": [0.1], "evaluations": 1, "converged": False}))
+    assert saved_values(tmp_path, "old") == {}  # written before fits named their parameters: not guessed

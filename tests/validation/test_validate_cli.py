@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import json
 
 from click.testing import CliRunner
 from test_corpus import GOOD, write
 
 from clustersim.cli import main
+from clustersim.validation import crossval
 from clustersim.validation.corpus import COLUMNS
 
 SMALL = {**GOOD, "num_requests": "16", "prompt_tokens": "128", "output_tokens": "16", "load": "4"}
@@ -95,3 +97,34 @@ def test_a_fit_keeps_each_fit_and_a_rerun_resumes_from_them(tmp_path):
     assert again.exit_code == 0, again.output
     assert {p.name: p.stat().st_mtime_ns for p in (out / "fits").iterdir()} == stamps  # resumed, not refitted
     assert again.output.split("wrote")[0] == first.output.split("wrote")[0]  # the same tables
+
+
+def test_start_from_needs_a_fit_and_an_earlier_fit_folder(tmp_path):
+    without_fit = CliRunner().invoke(main, ["validate", "--start-from", str(tmp_path)])
+    assert without_fit.exit_code == 2 and "need --fit" in without_fit.output
+    empty = CliRunner().invoke(main, ["validate", "--fit", "--start-from", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert empty.exit_code == 2
+    assert f"--start-from: {tmp_path} holds no fits/ folder" in empty.output
+    assert len(empty.output.strip().splitlines()) == 1
+
+
+def test_a_fit_started_from_an_earlier_one_starts_where_it_ended(tmp_path, monkeypatch):
+    folder, first_out, second_out = tmp_path / "corpus", tmp_path / "first", tmp_path / "second"
+    folder.mkdir()
+    write(folder, "lab.csv", [SMALL, {**SMALL, "id": "lab-b", "prompt_tokens": "1024"}])
+    write(folder, "other.csv", [{**SMALL, "id": "other-a", "publisher": "other", "output_tokens": "64"}])
+    args = ["validate", str(folder), "--fit", "--jobs", "1", "--quiet", "--iterations", "2", "--fold-iterations", "2"]
+    assert CliRunner().invoke(main, [*args, "--out", str(first_out)]).exit_code == 0
+    starts = []
+    real_fit = crossval.fit
+    monkeypatch.setattr(crossval, "fit", lambda ev, x0, *rest: starts.append(x0.copy()) or real_fit(ev, x0, *rest))
+    second = CliRunner().invoke(main, [*args, "--out", str(second_out), "--start-from", str(first_out)])
+    assert second.exit_code == 0, second.output
+    ended = {name: json.loads((first_out / "fits" / f"{name}.json").read_text())
+             for name in ("all-rows", "without-lab", "without-other")}  # fmt: skip
+    labels = ended["all-rows"]["labels"]
+    assert labels and all(record["labels"] == labels for record in ended.values())
+    assert starts[0].tolist() == ended["all-rows"]["x"]  # the all-rows fit resumes where it ended
+    # folds start at the second all-rows fit, except the parameters the left-out rows touch: the first
+    # fold's; here every parameter touches every row, so each fold starts where its first run ended
+    assert [s.tolist() for s in starts[1:]] == [ended["without-lab"]["x"], ended["without-other"]["x"]]
