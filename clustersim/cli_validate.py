@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+import pyarrow.parquet as pq
 
 from clustersim.cli_common import write_doc
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
@@ -22,6 +23,7 @@ from clustersim.validation.corpusreport import (
     corpus_summary,
     error_table,
     fit_table,
+    moved_table,
     rows_table,
     skipped_table,
 )
@@ -201,7 +203,8 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
         cv = _report(result.cross_validated, heading)
         ended = folds_summary(result)
         click.echo(ended)
-        cv = (f"{cv[0]}\n\n{ended}", cv[1], cv[2])
+        moved = _moved(options.start_from, result)
+        cv = (f"{cv[0]}\n\n{ended}{moved}", cv[1], cv[2])
     _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
     click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
     if options.cross_validate:
@@ -217,6 +220,18 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
         write_doc(f"{doc}#corpus-cv-gpus", cv[1])
         write_doc(f"{doc}#corpus-cv-rows", cv[2])
         write_doc(f"{doc}#corpus-skipped", skipped_table(result.skipped))
+
+
+def _moved(start_from: Path | None, result: CorpusFit) -> str:
+    """The cross-validated error against the run this fit continued (printed; empty without one)."""
+    if start_from is None or not (earlier := start_from.parent / "cross-validated" / "comparisons.parquet").exists():
+        return ""
+    table = pq.read_table(earlier, columns=["engine", "kind", "scored", "error_pct"]).to_pylist()
+    found = [(r["engine"], r["kind"], r["error_pct"]) for r in table if r["scored"]]
+    text = (f"\n\nAgainst the run it continued ({start_from.parent.name}), per engine and metric:\n\n"
+            + moved_table(found, comparisons(result.cross_validated)))  # fmt: skip
+    click.echo(text)
+    return text
 
 
 def _fit_source(result: CorpusFit, corpus_dir: Path) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import json
 
+import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 from test_corpus import GOOD, write
 
@@ -128,3 +130,11 @@ def test_a_fit_started_from_an_earlier_one_starts_where_it_ended(tmp_path, monke
     # folds start at the second all-rows fit, except the parameters the left-out rows touch: the first
     # fold's; here every parameter touches every row, so each fold starts where its first run ended
     assert [s.tolist() for s in starts[1:]] == [ended["without-lab"]["x"], ended["without-other"]["x"]]
+    # and it says how far the cross-validated error moved from the run it continued
+    first_table = pq.read_table(first_out / "cross-validated" / "comparisons.parquet").to_pylist()
+    first_errors = [abs(r["error_pct"]) for r in first_table if r["scored"] and r["kind"] == "throughput"]
+    assert "Against the run it continued (first), per engine and metric:" in second.output
+    line = next(x for x in second.output.splitlines() if x.startswith("| vLLM | throughput |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[2] == "3" and cells[3] == f"{sum(first_errors) / len(first_errors):.1f}"
+    assert float(cells[5]) == pytest.approx(float(cells[4]) - float(cells[3]), abs=0.11)
