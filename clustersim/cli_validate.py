@@ -187,6 +187,7 @@ class FitOptions:
 def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus_dir: Path, options: FitOptions,
          doc: str | None) -> None:  # fmt: skip
     say = (lambda message: None) if options.quiet else (lambda message: click.echo(message, err=True))
+    earlier = _earlier_errors(options.start_from)  # read first: --start-from may be --out itself
     with claimed_folder(folder):  # held while fitting: its fits/ resume an interrupted fit
         result = fit_corpus(rows, catalogue, options.jobs, options.iterations, say, options.fold_iterations,
                             options.cross_validate, folder / "fits", options.start_from)  # fmt: skip
@@ -203,7 +204,7 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
         cv = _report(result.cross_validated, heading)
         ended = folds_summary(result)
         click.echo(ended)
-        moved = _moved(options.start_from, result)
+        moved = _moved(earlier, options.start_from, result)
         cv = (f"{cv[0]}\n\n{ended}{moved}", cv[1], cv[2])
     _report(result.in_sample, "in-sample error of the all-rows fit (for contrast only)")
     click.echo(f"\nwrote {folder}/ (cross-validated/ and in-sample/: rows, comparisons .parquet/.csv)")
@@ -222,14 +223,20 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
         write_doc(f"{doc}#corpus-skipped", skipped_table(result.skipped))
 
 
-def _moved(start_from: Path | None, result: CorpusFit) -> str:
-    """The cross-validated error against the run this fit continued (printed; empty without one)."""
+def _earlier_errors(start_from: Path | None) -> list[tuple[str, str, float]] | None:
+    """The scored cross-validated errors (engine, kind, error %) of the run ``start_from`` belongs to."""
     if start_from is None or not (earlier := start_from.parent / "cross-validated" / "comparisons.parquet").exists():
-        return ""
+        return None
     table = pq.read_table(earlier, columns=["engine", "kind", "scored", "error_pct"]).to_pylist()
-    found = [(r["engine"], r["kind"], r["error_pct"]) for r in table if r["scored"]]
+    return [(r["engine"], r["kind"], r["error_pct"]) for r in table if r["scored"]]
+
+
+def _moved(earlier: list[tuple[str, str, float]] | None, start_from: Path | None, result: CorpusFit) -> str:
+    """The cross-validated error against the run this fit continued (printed; empty without one)."""
+    if earlier is None or start_from is None:
+        return ""
     text = (f"\n\nAgainst the run it continued ({start_from.parent.name}), per engine and metric:\n\n"
-            + moved_table(found, comparisons(result.cross_validated)))  # fmt: skip
+            + moved_table(earlier, comparisons(result.cross_validated)))  # fmt: skip
     click.echo(text)
     return text
 

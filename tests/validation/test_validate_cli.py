@@ -138,3 +138,8 @@ def test_a_fit_started_from_an_earlier_one_starts_where_it_ended(tmp_path, monke
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[2] == "3" and cells[3] == f"{sum(first_errors) / len(first_errors):.1f}"
     assert float(cells[5]) == pytest.approx(float(cells[4]) - float(cells[3]), abs=0.11)
+    # continued in place (--out is --start-from): compared with the run as it was before this one
+    again = CliRunner().invoke(main, [*args, "--out", str(first_out), "--start-from", str(first_out)])
+    assert again.exit_code == 0, again.output
+    line = next(x for x in again.output.splitlines() if x.startswith("| vLLM | throughput |"))
+    assert line.split("|")[4].strip() == f"{sum(first_errors) / len(first_errors):.1f}"
