@@ -121,7 +121,8 @@ def validate_command(
     With --fit, the engines' efficiency scales are fitted to the corpus instead, and every row is
     predicted by a fit that never saw its publisher (leave-one-publisher-out): those errors are the
     ones to quote. Each fit stops when converged or at its cap of evaluations; its outcome is kept
-    under --out/fits/, so the same --out again resumes an interrupted fit.
+    under --out/fits/, so the same --out again resumes an interrupted fit, and --start-from FOLDER
+    continues the fits of an earlier run (each fold from the earlier fold without the same publisher).
     """
     started = time.perf_counter()
     if (write_profiles or no_cv or start_from) and not do_fit:
