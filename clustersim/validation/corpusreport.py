@@ -66,15 +66,14 @@ def moved_table(earlier: Sequence[tuple[str, str, float]], found: Sequence[Compa
     """A Markdown table per engine and kind of metric: the MAPE of an earlier run's scored comparisons
     (``earlier``: engine, kind, error % of each), this run's, and the change in percentage points (how
     far a fit continued with ``--start-from`` moved the cross-validated error)."""
-    before: dict[tuple[str, str], list[float]] = defaultdict(list)
+    errors: dict[tuple[str, str], list[float]] = defaultdict(list)
     for engine, kind, error_pct in earlier:
-        before[(engine, kind)].append(abs(error_pct))
-    now = grouped(found, by_gpu=False)
+        errors[(engine, kind)].append(abs(error_pct))
+    before = {key: sum(values) / len(values) for key, values in errors.items()}
     lines = ["| engine | metric | rows | earlier MAPE % | MAPE % | change (points) |", "|---|---|---|---|---|---|"]
-    for (engine, _, kind), cell in now.items():
+    for (engine, _, kind), cell in grouped(found, by_gpu=False).items():
         then = before.get((engine, kind))
-        shown, change = ("-", "-") if not then else (f"{sum(then) / len(then):.1f}",
-                                                     f"{cell.mape_pct - sum(then) / len(then):+.1f}")  # fmt: skip
+        shown, change = ("-", "-") if then is None else (f"{then:.1f}", f"{cell.mape_pct - then:+.1f}")
         name = ENGINE_NAMES.get(engine, engine)
         lines.append(f"| {name} | {kind} | {cell.num_rows} | {shown} | {cell.mape_pct:.1f} | {change} |")
     return "\n".join(lines)

@@ -119,10 +119,8 @@ def fit_corpus(
                                   [p.label for p in params])  # fmt: skip
 
             everything = evaluator(frows, "all")
-            start = np.asarray([solver_start(p) for p in params])
-            if start_from is not None:  # where the earlier all-rows fit ended, for every parameter it names
-                earlier_all = saved_values(start_from, "all-rows")
-                start = np.asarray([earlier_all.get(p.label, x) for p, x in zip(params, start, strict=True)])
+            earlier_all = saved_values(start_from, "all-rows")  # where an earlier all-rows fit ended
+            start = np.asarray([earlier_all.get(p.label, solver_start(p)) for p in params])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
             say(f"all rows: {_fold_line(all_rows)}")
             x_all = all_rows.x
@@ -132,8 +130,7 @@ def fit_corpus(
             for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in frows if r.row.publisher == publisher]
-                earlier = saved_values(start_from, f"without-{publisher}") if start_from else {}
-                fold_start = _reset(params, x_all, held, earlier)
+                fold_start = _reset(params, x_all, held, saved_values(start_from, f"without-{publisher}"))
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 x_fold = fold_start
                 if active:

@@ -58,9 +58,11 @@ def cached_fit(folder: Path | None, name: str, key: str, run: Callable[[], FitOu
     return outcome
 
 
-def saved_values(folder: Path, name: str) -> dict[str, float]:
-    """Where the fit kept as ``folder/name.json`` ended, by parameter label (solver units); empty when
-    there is no such file or it does not name its parameters (written before files did)."""
+def saved_values(folder: Path | None, name: str) -> dict[str, float]:
+    """Where the fit kept as ``folder/name.json`` ended, by parameter label (solver units); empty with no
+    folder, no such file or one that does not name its parameters (written before files did)."""
+    if folder is None:
+        return {}
     path = folder / f"{name}.json"
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
