@@ -55,7 +55,7 @@ from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, G
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all, task_of
 from clustersim.validation.rowscenario import RowScenario
-from clustersim.validation.runcorpus import METRIC_KINDS
+from clustersim.validation.runcorpus import METRIC_KINDS, metric_order
 
 SCALE_BOUND = 2.0  # |log(scale)| at most: a scale in [0.14, 7.4]
 FIT_FTOL = 1e-3  # a fit has converged when a step lowers its cost by less than this share of it
@@ -266,8 +266,8 @@ def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | Non
     for r in rows:
         found = predictions.get(r.row.row_id)
         published = r.row.comparable_metrics
-        for metrics in METRIC_KINDS.values():
-            metric = next((m for m in metrics if m in published), None)
+        for kind in METRIC_KINDS:
+            metric = next((m for m in metric_order(r.row, kind) if m in published), None)
             if metric is None:
                 continue
             value = found.get(metric) if found is not None else None

@@ -2,7 +2,8 @@
 
 Each row counts once per kind of metric (throughput, TTFT, TPOT/ITL, E2E), by the first metric of that
 kind it publishes (:data:`clustersim.validation.runcorpus.METRIC_KINDS`: the mean before the median
-before p99, output tokens/s before total tokens/s before requests/s), so a page that prints three
+before p99, output tokens/s before total tokens/s before requests/s; the median first for a run of
+under :data:`clustersim.validation.runcorpus.FEW_REQUESTS` requests), so a page that prints three
 throughputs of one run does not weigh three times.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from clustersim.validation.corpusfit import (
 from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
+from clustersim.validation.runcorpus import FEW_REQUESTS, RowOutcome, comparisons
 
 CATALOGUE = Catalogue.builtin()
 BASE = CorpusRow(
@@ -234,3 +236,18 @@ def test_a_fold_restarts_what_its_left_out_rows_touch_from_an_earlier_fold_never
         else:
             assert cold == started == solver_start(param)  # touched, not named by the earlier fold
     assert warm[[p.label for p in params].index("all.compute.ampere")] == 0.5  # b's, not reset for a's fold
+
+
+def test_a_run_of_few_requests_is_scored_on_its_medians_and_the_fit_uses_the_same_metric():
+    metrics = {"output_tok_per_s": 100.0, "ttft_mean_ms": 500.0, "ttft_p50_ms": 200.0, "tpot_mean_ms": 20.0}
+    few = dataclasses.replace(BASE, row_id="few", num_requests=10, metrics=metrics)
+    many = dataclasses.replace(few, row_id="many", num_requests=FEW_REQUESTS)
+    predicted = {"output_tok_per_s": 100.0, "ttft_mean_ms": 200.0, "ttft_p50_ms": 200.0, "tpot_mean_ms": 20.0}
+    outcomes = [RowOutcome(r, "simulated", "", predicted, {}) for r in (few, many)]
+    scored = {(c.row.row_id, c.metric) for c in comparisons(outcomes) if c.scored}
+    assert ("few", "ttft_p50_ms") in scored and ("few", "ttft_mean_ms") not in scored
+    assert ("many", "ttft_mean_ms") in scored and ("many", "ttft_p50_ms") not in scored
+    assert ("few", "tpot_mean_ms") in scored  # no median published: the mean still scores it
+    fit_rows_ = [SimpleNamespace(row=r) for r in (few, many)]
+    found = corpusfit.residuals(fit_rows_, {"few": predicted, "many": predicted})  # type: ignore[arg-type]
+    assert found.tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0, math.log(200 / 500), 0.0])
