@@ -267,6 +267,21 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
+LATENCY_FIELDS = (
+    "gemm_kernel_latency_s",
+    "elementwise_kernel_latency_s",
+    "decode_attention_latency_s",
+    "prefill_attention_latency_s",
+)
+
+
+def _latencies(spec: GpuSpec, scale: Cited[float] | None) -> dict[str, float]:
+    """The GPU's fixed times per kernel times an engine's ``kernel_latency_scale`` (none: unchanged)."""
+    if scale is None:
+        return {}
+    return {name: getattr(spec, name) * scale.value for name in LATENCY_FIELDS}
+
+
 def kernels_for(counts: tuple[tuple[Precision, int], ...], precision: Precision) -> int:
     """The count for weights of ``precision`` (FP16 reads BF16's; none given: 0)."""
     table = dict(counts)
@@ -437,6 +452,7 @@ class GpuSpec:
             if scales.decode_attention_scale is not None
             else spec.decode_attention_memory_efficiency_frac,
             interconnect_efficiency_frac=scaled(spec.interconnect_efficiency_frac, scales.comm_scale),
+            **_latencies(spec, scales.kernel_latency_scale),
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
             engine=engine_spec
             if scales.comm_latency_scale is None

@@ -152,7 +152,9 @@ class EfficiencyScales(_Physical):
     memory-bound element-wise kernels', ``moe_scale`` both efficiencies of the routed experts' grouped
     GEMMs, ``comm_scale`` the interconnect efficiency of all-reduces, ``comm_latency_scale`` the latency
     of one all-reduce (the engine's ``all_reduce_latency_s``, else the GPU profile's link latency; this
-    one is not capped). Absent: 1.
+    one is not capped), ``kernel_latency_scale`` the GPU profile's fixed time per kernel (GEMM,
+    element-wise and both attention latencies: what a small batch's step is made of; not capped either).
+    Absent: 1.
     """
 
     gemm_compute_scale: Cited[float] | None = None
@@ -163,6 +165,7 @@ class EfficiencyScales(_Physical):
     moe_scale: Cited[float] | None = None
     comm_scale: Cited[float] | None = None
     comm_latency_scale: Cited[float] | None = None
+    kernel_latency_scale: Cited[float] | None = None
 
 
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")

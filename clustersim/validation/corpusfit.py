@@ -10,6 +10,12 @@ engine is predicted on a family it was never measured on. Two kinds of scale are
 - ``compute``: the GPU profile's GEMM compute efficiency;
 - ``memory``: its GEMM memory, decode-attention and element-wise efficiencies.
 
+Per GPU family, shared by every engine (one factor, pulled towards 1 like an engine's):
+
+- ``latency``: the GPU profile's fixed time per kernel (GEMM, element-wise, attention), which a step of
+  a few sequences is made of. Only H100 and H200 time theirs (validation/kernels); the other profiles
+  borrow those, and the time a kernel launch takes from a captured graph is the GPU's and its driver's.
+
 Engine-wide, where rows need them:
 
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
@@ -75,9 +81,11 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     "moe": ("moe_scale",),
     "comm": ("comm_scale",),
     "comm_latency": ("comm_latency_scale",),
+    "latency": ("kernel_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
+GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
 ENGINE_KINDS = ("moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
@@ -94,7 +102,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | moe | comm | comm_latency | frontend
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | frontend
     family: str | None = None
 
     @property
@@ -111,7 +119,7 @@ class FitParam:
         return (
             kind == self.kind
             and self.engine in (None, engine)
-            and (self.family in (None, family) if kind in FAMILY_KINDS else True)
+            and (self.family in (None, family) if kind in (*FAMILY_KINDS, *GPU_KINDS) else True)
         )
 
     def touches_row(self, row: FitRow) -> bool:
@@ -174,6 +182,7 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             for kind in FAMILY_KINDS:
                 params.update((FitParam(r.engine, kind), FitParam(None, kind, r.family)))
                 params.add(FitParam(r.engine, kind, r.family))
+            params.update(FitParam(None, kind, r.family) for kind in GPU_KINDS)
             if r.moe:
                 params.add(FitParam(r.engine, "moe"))
             if r.multi_gpu:
@@ -192,7 +201,7 @@ def atom_scales(params: Sequence[FitParam], values: Sequence[float], engine: str
         return {}
     scales = {}
     for family in FAMILIES:
-        for kind in (*FAMILY_KINDS, *ENGINE_KINDS):
+        for kind in (*FAMILY_KINDS, *GPU_KINDS, *ENGINE_KINDS):
             atom = (engine, family, kind)
             factors = [v for p, v in mine if p.applies(atom)]
             if factors:

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from clustersim.architecture import LATENCY_FIELDS, GpuSpec
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation import corpusfit
 from clustersim.validation.corpus import CorpusRow
@@ -83,8 +84,8 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     rows.append(dataclasses.replace(BASE, row_id="a-tp2", publisher="a", tp=2, num_gpus=2, load_kind="rate", load=1.0))
     params = parameters(fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE))
     assert [p.label for p in params] == [
-        "all.compute.ampere", "all.compute.hopper", "all.memory.ampere", "all.memory.hopper",
-        "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
+        "all.compute.ampere", "all.compute.hopper", "all.latency.ampere", "all.latency.hopper",
+        "all.memory.ampere", "all.memory.hopper", "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
         "vllm-v1.compute.hopper", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
         "vllm-v1.memory.hopper",
     ]  # fmt: skip
@@ -107,6 +108,20 @@ def test_an_engine_is_predicted_on_a_family_it_was_never_measured_on():
         1.1 * 0.5 * 0.8
     )
     assert atom_scales(params, [0.9, 0.5, 1.1, 0.8, 0.6], "trtllm") == {}  # never fitted: profile untouched
+
+
+def test_a_gpu_familys_kernel_latency_is_one_factor_shared_by_every_engine_and_scales_every_latency():
+    params = [FitParam("sglang", "memory"), FitParam("vllm-v1", "memory"), FitParam(None, "latency", "cdna3")]
+    for engine in ("sglang", "vllm-v1"):
+        scales = atom_scales(params, [1.0, 1.0, 2.5], engine)
+        assert scales[(engine, "cdna3", "latency")] == 2.5 and (engine, "hopper", "latency") not in scales
+    engine = engines_with(reference_engines(CATALOGUE), params, [1.0, 1.0, 2.5])["sglang"]
+    hardware = CATALOGUE.hardware("MI300X")
+    plain = GpuSpec.from_profiles(hardware, reference_engines(CATALOGUE)["sglang"])
+    slow = GpuSpec.from_profiles(hardware, engine)
+    for name in LATENCY_FIELDS:
+        assert getattr(slow, name) == pytest.approx(2.5 * getattr(plain, name)) and getattr(plain, name) > 0
+    assert slow.memory_efficiency_frac == plain.memory_efficiency_frac
 
 
 class _ClosedForm:
