@@ -267,19 +267,12 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
-LATENCY_FIELDS = (
+LATENCY_FIELDS = (  # the fixed times per kernel an engine's kernel_latency_scale multiplies
     "gemm_kernel_latency_s",
     "elementwise_kernel_latency_s",
     "decode_attention_latency_s",
     "prefill_attention_latency_s",
 )
-
-
-def _latencies(spec: GpuSpec, scale: Cited[float] | None) -> dict[str, float]:
-    """The GPU's fixed times per kernel times an engine's ``kernel_latency_scale`` (none: unchanged)."""
-    if scale is None:
-        return {}
-    return {name: getattr(spec, name) * scale.value for name in LATENCY_FIELDS}
 
 
 def kernels_for(counts: tuple[tuple[Precision, int], ...], precision: Precision) -> int:
@@ -407,6 +400,7 @@ class GpuSpec:
 
         memory_frac = hardware.memory_efficiency_frac.value
         elementwise = scaled(memory_frac, scales.elementwise_scale)
+        latency = scales.kernel_latency_scale.value if scales.kernel_latency_scale is not None else 1.0
         spec = cls(
             name=hardware.name,
             memory_bytes=hardware.memory_bytes.value,
@@ -452,7 +446,10 @@ class GpuSpec:
             if scales.decode_attention_scale is not None
             else spec.decode_attention_memory_efficiency_frac,
             interconnect_efficiency_frac=scaled(spec.interconnect_efficiency_frac, scales.comm_scale),
-            **_latencies(spec, scales.kernel_latency_scale),
+            gemm_kernel_latency_s=spec.gemm_kernel_latency_s * latency,
+            elementwise_kernel_latency_s=spec.elementwise_kernel_latency_s * latency,
+            decode_attention_latency_s=spec.decode_attention_latency_s * latency,
+            prefill_attention_latency_s=spec.prefill_attention_latency_s * latency,
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
             engine=engine_spec
             if scales.comm_latency_scale is None

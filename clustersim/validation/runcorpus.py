@@ -59,6 +59,8 @@ def metric_order(row: CorpusRow, kind: str) -> tuple[str, ...]:
         return metrics
     medians = tuple(m for m in metrics if "_p50_" in m)
     return medians + tuple(m for m in metrics if m not in medians)
+
+
 OnRow = Callable[[CorpusRow, str], None]
 SEARCH_VERSION = "2"  # part of a stored search's key: bump when the search itself changes
 
