@@ -266,3 +266,25 @@ def test_a_run_of_few_requests_is_scored_on_its_medians_and_the_fit_uses_the_sam
     fit_rows_ = [SimpleNamespace(row=r) for r in (few, many)]
     found = corpusfit.residuals(fit_rows_, {"few": predicted, "many": predicted})  # type: ignore[arg-type]
     assert found.tolist() == pytest.approx([0.0, 0.0, 0.0, 0.0, math.log(200 / 500), 0.0])
+
+
+def test_a_continued_fit_first_tries_a_step_of_one_log_unit_not_one_as_long_as_its_start(monkeypatch):
+    frows, params = _closed_form_rows(np.full(32, -1.0))
+    ev = _ClosedForm(frows, params)
+    x0 = np.full(len(params), 1.0)  # a fitted start: norm ~3.5 in log units, the optimum 2 per scale away
+    tried = []
+    vector = corpusfit._vector
+
+    def spied(ev_, x, active):
+        tried.append(x.copy())
+        return vector(ev_, x, active)
+
+    monkeypatch.setattr(corpusfit, "_vector", spied)
+    outcome = corpusfit.fit(ev, x0, list(range(len(params))), 6)  # type: ignore[arg-type]
+    assert np.allclose(tried[0], x0)
+    # the first trust region is one log unit, stretched by the square root of each offset's distance to
+    # its bound (the solver's Coleman-Li scaling: here 1 - (-2) = 3); on the values it was their norm, 3.5
+    assert np.linalg.norm(tried[1] - x0) <= math.sqrt(1.0 + corpusfit.SCALE_BOUND) + 1e-9
+    assert outcome.evaluations == 6 and not outcome.converged
+    start_cost = np.sum(np.abs(vector(ev, x0, list(range(len(params))))))
+    assert np.sum(np.abs(vector(ev, outcome.x, list(range(len(params)))))) < start_cost
