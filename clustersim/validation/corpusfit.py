@@ -407,7 +407,8 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         calls += 1
         return last[0]
 
-    lower, upper = (np.asarray(b, dtype=np.float64) for b in zip(*(solver_bounds(ev.params[i]) for i in active)))
+    bounds = np.asarray([solver_bounds(ev.params[i]) for i in active], dtype=np.float64).reshape(-1, 2)
+    lower, upper = bounds[:, 0], bounds[:, 1]
     result = least_squares(
         fun,
         np.zeros(len(start)),
