@@ -288,3 +288,19 @@ def test_a_continued_fit_first_tries_a_step_of_one_log_unit_not_one_as_long_as_i
     assert outcome.evaluations == 6 and not outcome.converged
     start_cost = np.sum(np.abs(vector(ev, x0, list(range(len(params))))))
     assert np.sum(np.abs(vector(ev, outcome.x, list(range(len(params)))))) < start_cost
+
+
+def test_a_row_run_at_its_knee_fits_throughput_and_tpot_but_not_its_queueing_latencies():
+    metrics = {"output_tok_per_s": 100.0, "ttft_mean_ms": 500.0, "tpot_mean_ms": 20.0, "e2e_mean_ms": 3000.0}
+    plain = dataclasses.replace(BASE, row_id="plain", load_kind="rate", load=5.0, metrics=metrics)
+    bounded = dataclasses.replace(plain, row_id="bounded", p99_bounds_ms=(2000.0, 100.0))
+    predicted = {"output_tok_per_s": 90.0, "ttft_mean_ms": 5000.0, "tpot_mean_ms": 25.0, "e2e_mean_ms": 9000.0}
+    found = corpusfit.residuals(
+        [SimpleNamespace(row=r) for r in (plain, bounded)],  # type: ignore[misc]
+        {"plain": predicted, "bounded": predicted},
+    )
+    both = [math.log(0.9), math.log(25 / 20)]
+    assert found.tolist() == pytest.approx([both[0], math.log(10.0), both[1], math.log(3.0), *both])
+    outcomes = [RowOutcome(r, "simulated", "", predicted, {}) for r in (plain, bounded)]
+    scored = {(c.row.row_id, c.kind) for c in comparisons(outcomes) if c.scored}
+    assert ("bounded", "TTFT") in scored and ("bounded", "E2E") in scored  # the tables still score them
