@@ -31,8 +31,9 @@ own measurements). Every fit starts from the engine profiles without their ``eff
 front-end time (all scales 1, 1 ms of extra time), never from a fitted profile. Scales are fitted in log space
 within ``[e^-2, e^2]`` (an efficiency is still capped at 1), with a weak pull towards 1, so a scale no row
 constrains stays 1. A row's residual is ``log(predicted / published)`` of its scored metric of each kind
-(throughput, TTFT, TPOT/ITL, E2E; a row with p99 bounds, run at its knee, throughput and TPOT/ITL only), under a soft-L1 loss: a row no setting can fit (a missing term) bends the
-fit less than squared error would let it. The Jacobian is taken by finite differences, re-running only the
+(throughput, TTFT, TPOT/ITL, E2E; a row with p99 bounds, run at its knee, throughput and TPOT/ITL only),
+under a soft-L1 loss: a row no setting can fit (a missing term) bends the fit less than squared error would
+let it. The Jacobian is taken by finite differences, re-running only the
 rows each parameter touches; the three factors of one engine on one family enter only through their product,
 so one difference per engine and family serves all three.
 
@@ -63,6 +64,7 @@ from clustersim.validation.predict import Prediction, RowTask, candidate_root, p
 from clustersim.validation.rowscenario import RowScenario
 from clustersim.validation.runcorpus import METRIC_KINDS, metric_order
 
+SOLVER = "offsets"  # how fit() runs the solver (part of a kept fit's key): on offsets from the start
 SCALE_BOUND = 2.0  # |log(scale)| at most: a scale in [0.14, 7.4]
 FIT_FTOL = 1e-3  # a fit has converged when a step lowers its cost by less than this share of it
 PRIOR_WEIGHT = 0.3  # the pull of log(scale) towards 0, against residuals in log units
@@ -284,16 +286,20 @@ def fitted_kinds(row: CorpusRow) -> tuple[str, ...]:
     return tuple(k for k in METRIC_KINDS if row.p99_bounds_ms is None or k not in KNEE_KINDS)
 
 
+def fitted_metrics(row: CorpusRow) -> list[str]:
+    """The metrics ``row`` is fitted on: its scored one of each kind it is fitted on and publishes."""
+    published = row.comparable_metrics
+    found = (next((m for m in metric_order(row, kind) if m in published), None) for kind in fitted_kinds(row))
+    return [metric for metric in found if metric is not None]
+
+
 def residuals(rows: Sequence[FitRow], predictions: Mapping[str, Prediction | None]) -> NDArray[np.float64]:
-    """``log(predicted / published)`` of each row's scored metric of each kind it is fitted on."""
+    """``log(predicted / published)`` of each row's :func:`fitted_metrics`."""
     out = []
     for r in rows:
         found = predictions.get(r.row.row_id)
         published = r.row.comparable_metrics
-        for kind in fitted_kinds(r.row):
-            metric = next((m for m in metric_order(r.row, kind) if m in published), None)
-            if metric is None:
-                continue
+        for metric in fitted_metrics(r.row):
             value = found.get(metric) if found is not None else None
             good = value is not None and value > 0
             out.append(math.log(value / published[metric]) if good else FAILED_RESIDUAL)  # type: ignore[operator]

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
-from clustersim.validation.corpusfit import FIT_FTOL, FitOutcome, FitParam, FitRow
+from clustersim.validation.corpusfit import FIT_FTOL, SOLVER, FitOutcome, FitParam, FitRow, fitted_metrics
 
 
 def fit_key(profiles_hash: str, rows: Sequence[FitRow], params: Sequence[FitParam], start: np.ndarray,
             active: Sequence[int], iterations: int, jacobian_every: int) -> str:  # fmt: skip
-    """A hash of what a fit's outcome depends on: the profiles, its rows as parsed, the parameters, where
-    it starts, which it moves and how the solver runs."""
-    described = [[dataclasses.asdict(r.task), r.row.comparable_metrics] for r in rows]
-    settings = [list(active), iterations, jacobian_every, FIT_FTOL]
+    """A hash of what a fit's outcome depends on: the profiles, its rows as parsed and the metrics each is
+    fitted on, the parameters, where it starts, which it moves and how the solver runs."""
+    described = [[dataclasses.asdict(r.task), r.row.comparable_metrics, fitted_metrics(r.row)] for r in rows]
+    settings = [list(active), iterations, jacobian_every, FIT_FTOL, SOLVER]
     material = json.dumps(
         [profiles_hash, described, [p.label for p in params], [float(v) for v in start], settings],
         sort_keys=True,
