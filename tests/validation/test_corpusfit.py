@@ -28,6 +28,7 @@ from clustersim.validation.corpusfit import (
     solver_start,
 )
 from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus
+from clustersim.validation.fitcache import fit_key
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
 from clustersim.validation.runcorpus import FEW_REQUESTS, RowOutcome, comparisons
@@ -304,3 +305,14 @@ def test_a_row_run_at_its_knee_fits_throughput_and_tpot_but_not_its_queueing_lat
     outcomes = [RowOutcome(r, "simulated", "", predicted, {}) for r in (plain, bounded)]
     scored = {(c.row.row_id, c.kind) for c in comparisons(outcomes) if c.scored}
     assert ("bounded", "TTFT") in scored and ("bounded", "E2E") in scored  # the tables still score them
+
+
+def test_a_kept_fits_key_changes_with_the_metrics_a_row_is_fitted_on():
+    row = dataclasses.replace(BASE, row_id="a-1", publisher="a", load_kind="concurrency", load=1.0, num_requests=10,
+                              metrics={"output_tok_per_s": 1.0, "ttft_mean_ms": 90.0, "ttft_p50_ms": 50.0})  # fmt: skip
+    frows = fit_rows([row_scenario(row, CATALOGUE)], CATALOGUE)
+    params = parameters(frows)
+    many = [dataclasses.replace(frows[0], row=dataclasses.replace(row, num_requests=100))]  # the same task
+    # the median scores 10 requests, the mean 100: the same published figures, another fit
+    keys = {fit_key("p", rows, params, np.zeros(len(params)), [0], 3, 1) for rows in (frows, many)}
+    assert len(keys) == 2

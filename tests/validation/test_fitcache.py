@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -83,27 +82,3 @@ def test_a_kept_fit_names_its_parameters_and_a_later_fit_reads_where_it_ended(tm
     assert saved_values(tmp_path, "without-b") == {}  # no such fit
     (tmp_path / "old.json").write_text(json.dumps({"key": "k", "x": [0.1], "evaluations": 1, "converged": False}))
     assert saved_values(tmp_path, "old") == {}  # written before fits named their parameters: not guessed
-
-
-def test_the_key_changes_with_the_metrics_a_row_is_fitted_on():
-    from clustersim.config.catalogue import Catalogue
-    from clustersim.validation.corpus import CorpusRow
-    from clustersim.validation.corpusfit import fit_rows, parameters
-    from clustersim.validation.fitcache import fit_key
-    from clustersim.validation.rowscenario import row_scenario
-
-    catalogue = Catalogue.builtin()
-    row = CorpusRow(
-        row_id="a-1", publisher="a", source_url="https://example.org", source_where="", source_date="",
-        engine="vllm", engine_version="0.10.0", gpu="H100-SXM", num_gpus=1, tp=1, pp=1, ep=1, dp=1,
-        model="meta-llama/Llama-3.1-8B-Instruct", weight_precision="bf16", kv_precision=None, dataset="random",
-        prompt_tokens=256, output_tokens=256, load_kind="concurrency", load=1.0, num_requests=10,
-        max_num_seqs=None, max_num_batched_tokens=None,
-        metrics={"output_tok_per_s": 1.0, "ttft_mean_ms": 90.0, "ttft_p50_ms": 50.0},
-    )  # fmt: skip
-    frows = fit_rows([row_scenario(row, catalogue)], catalogue)
-    params = parameters(frows)
-    many = [dataclasses.replace(frows[0], row=dataclasses.replace(row, num_requests=100))]  # the same task
-    # the median scores 10 requests, the mean 100: the same published figures, another fit
-    keys = {fit_key("p", rows, params, np.zeros(len(params)), [0], 3, 1) for rows in (frows, many)}
-    assert len(keys) == 2
