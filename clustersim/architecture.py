@@ -267,14 +267,6 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
-LATENCY_FIELDS = (  # the fixed times per kernel an engine's kernel_latency_scale multiplies
-    "gemm_kernel_latency_s",
-    "elementwise_kernel_latency_s",
-    "decode_attention_latency_s",
-    "prefill_attention_latency_s",
-)
-
-
 def kernels_for(counts: tuple[tuple[Precision, int], ...], precision: Precision) -> int:
     """The count for weights of ``precision`` (FP16 reads BF16's; none given: 0)."""
     table = dict(counts)
