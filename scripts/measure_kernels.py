@@ -30,6 +30,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -153,6 +154,15 @@ def _copies(torch, make, one_bytes: float, l2_bytes: float, limit: int = 512) ->
     return [make() for _ in range(count)]
 
 
+def _cpu_model() -> str:
+    """The host processor's name (Linux), which launches every kernel of an eager step."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown")
+
+
 def _environment(torch, out: Path, timer: Timer) -> dict:
     props = torch.cuda.get_device_properties(0)
     smi = subprocess.run(
@@ -177,6 +187,8 @@ def _environment(torch, out: Path, timer: Timer) -> dict:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version(),
         "python": sys.version.split()[0],
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
     }
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)

@@ -27,6 +27,16 @@ L2 cache, so each launch reads HBM). Sections:
   QKV GEMM, rotary, KV-cache write, attention (PyTorch's cuDNN and FlashAttention-2 kernels, each in
   turn, over a contiguous cache), output GEMM, add+RMSNorm, gate/up GEMM, SiLU-and-multiply, down
   GEMM; no embedding, LM head or sampling. Every layer has its own weights and cache, so each step reads them from HBM.
+* ``eager``: the same steps launched eagerly from Python, one kernel at a time, as an engine runs a step no
+  CUDA graph covers: per step, the host time to launch every kernel (``eager_host``: the clock read
+  around ``step()`` with nothing waiting on the GPU), the wall time until the GPU has finished
+  (``eager``) and, for the same model, the graph's replay (``cuda_graph``); ``launches`` is the
+  number of kernels one step runs, counted by PyTorch's profiler. Median of seven steps after three
+  warm-ups, FlashAttention-2 attention.
+* ``launch``: the host time of one eager launch of each kind of call such a step makes (a Triton
+  kernel, a cuBLAS GEMM, an FP8 cast and GEMM, PyTorch's RMSNorm, element-wise and copy kernels,
+  FlashAttention-2 decode, and a tensor view that launches nothing): ``LAUNCH_CALLS`` calls back to back
+  on Llama-3.1-8B's decode widths at one token, timed on the host clock; median of five.
 """
 
 from __future__ import annotations
@@ -60,7 +70,13 @@ MOE_MODELS = (("mixtral-8x7b", 1), ("qwen3-30b-a3b", 1), ("gpt-oss-120b", 1), ("
 LAYER_MODELS = (("llama-3.1-8b", 1), ("llama-3.1-70b", 8))
 LAYER_CASES = ((1, 1024), (8, 1024), (32, 1024), (64, 1024), (128, 1024), (256, 1024), (1, 8192), (32, 4096))
 PREFILL_TOKENS = (512, 2048, 8192)
+# (tokens, kv_len, fp8, prefill) of the eager steps: small decodes and prefills, whose kernels take less
+# time than their launches, then larger ones that cover them
+EAGER_CASES = ((1, 1024, False, False), (1, 1024, True, False), (8, 1024, False, False), (64, 1024, False, False),
+               (16, 16, False, True), (128, 128, False, True), (512, 512, False, True),
+               (2048, 2048, False, True))  # fmt: skip
 FLOOR_LAUNCHES = 2000
+LAUNCH_CALLS = 400
 # attention inside the timed steps: cuDNN's fused kernel (on Hopper the closest of PyTorch's to the
 # FlashAttention-3 engines run: ~1.9x FlashAttention-2's prefill speed) and FlashAttention-2
 STEP_ATTENTION = ("cudnn", "flash")
@@ -548,6 +564,129 @@ def measure_layers(torch, ops, rec, shapes, deadline) -> None:
             torch.cuda.empty_cache()
 
 
+def _count_kernels(torch, model) -> int | None:
+    """The CUDA kernels one step of ``model`` launches (PyTorch's profiler; None where it fails)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            model.step()
+            torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+    except Exception:
+        traceback.print_exc()
+        return None
+
+
+def _eager_times(torch, model, samples: int = 7) -> tuple[list[float], list[float]]:
+    """Host launch time and wall time of ``samples`` eager steps, each started on an idle GPU."""
+    for _ in range(3):
+        model.step()
+    host, wall = [], []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        model.step()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append(t1 - t0)
+        wall.append(t2 - t0)
+    return host, wall
+
+
+def measure_eager(torch, ops, rec, shapes, deadline) -> None:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for (name, tp), (tokens, kv_len, fp8, prefill) in itertools.product(LAYER_MODELS, EAGER_CASES):
+        if time.monotonic() > deadline:
+            return
+        shape = shapes[name]
+        kind = "prefill_step" if prefill else "decode_step"
+        row = dict(note="fp8" if fp8 else "bf16", model=name, tensor_parallel=tp, batch=1 if prefill else tokens,
+                   kv_len=kv_len, num_layers=shape["num_layers"], m_tokens=tokens, head_dim=shape["head_dim"],
+                   q_heads=shape["q_heads"] // tp, kv_heads=max(1, shape["kv_heads"] // tp))  # fmt: skip
+        model = None
+        try:
+            model = StepModel(torch, ops, shape, tp, tokens, kv_len, fp8, prefill)
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                host, wall = _eager_times(torch, model)
+                launches = _count_kernels(torch, model)
+            graph = _graph_time(torch, model, "flash")
+            for backend, times in (("eager_host/flash", host), ("eager/flash", wall)):
+                rec.row(kernel=kind, backend=backend, **row, median_s=statistics.median(times), min_s=min(times),
+                        max_s=max(times), launches=launches)  # fmt: skip
+            rec.row(kernel=kind, backend="cuda_graph/flash", **row, median_s=graph[0], min_s=graph[1],
+                    max_s=graph[2], launches=launches)  # fmt: skip
+        except Exception as exc:
+            row["note"] += f"; error: {str(exc).splitlines()[0][:160]}"
+            rec.row(kernel=kind, backend="eager/flash", **row)
+            traceback.print_exc()
+        del model
+        torch.cuda.empty_cache()
+
+
+def _host_per_call(torch, fn, calls: int = LAUNCH_CALLS, samples: int = 5) -> list[float]:
+    """Host seconds per call of ``fn`` launched ``calls`` times back to back on an idle GPU."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(samples):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls)
+    torch.cuda.synchronize()
+    return times
+
+
+def measure_launch(torch, ops, rec, shapes) -> None:
+    from torch.nn.functional import rms_norm
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    shape = shapes["llama-3.1-8b"]
+    h, d, n_q, n_k = shape["hidden"], shape["head_dim"], shape["q_heads"], shape["kv_heads"]
+    bf16, dev = torch.bfloat16, "cuda"
+    x, res, out = (torch.randn(1, h, device=dev, dtype=bf16) for _ in range(3))
+    w_norm = torch.rand(h, device=dev, dtype=bf16)
+    qkv = torch.randn(1, (n_q + 2 * n_k) * d, device=dev, dtype=bf16)
+    w_qkv = torch.randn(h, (n_q + 2 * n_k) * d, device=dev, dtype=bf16)
+    w8 = torch.randn((n_q + 2 * n_k) * d, h, device=dev, dtype=bf16).to(torch.float8_e4m3fn).t()
+    x8, one = x.to(torch.float8_e4m3fn), torch.tensor(1.0, device=dev)
+    gate_up, act = torch.randn(1, 2 * 4096, device=dev, dtype=bf16), torch.empty(1, 4096, device=dev, dtype=bf16)
+    cos_sin, pos = torch.randn(1024, d, device=dev, dtype=bf16), torch.full((1,), 1023, device=dev)
+    cache = torch.randn(1, 2, n_k, 1024, d, device=dev, dtype=bf16)
+    q = torch.randn(1, n_k, n_q // n_k, d, device=dev, dtype=bf16)
+    buf = torch.zeros(1024, device=dev)
+    calls = {
+        "triton_add_rmsnorm": lambda: ops.add_rmsnorm(x, res, w_norm, out),
+        "triton_silu_mul": lambda: ops.silu_mul(gate_up, act),
+        "triton_rope": lambda: ops.rope(qkv[:, : n_q * d], qkv[:, n_q * d :], cos_sin, pos, n_q, n_k, d),
+        "triton_store": lambda: ops.tiny[(1,)](buf),
+        "gemm_bf16": lambda: x @ w_qkv,
+        "cast_fp8": lambda: x.to(torch.float8_e4m3fn),
+        "gemm_fp8": lambda: torch._scaled_mm(x8, w8, scale_a=one, scale_b=one, out_dtype=bf16, use_fast_accum=True),
+        "torch_rms_norm": lambda: rms_norm(x, (h,), w_norm, 1e-6),
+        "torch_add": lambda: buf.add_(1.0),
+        "cache_copy": lambda: cache[:, :, :, 1023, :].copy_(qkv[:, n_q * d :].view(1, 2, n_k, d)),
+        "sdpa_flash_decode": lambda: sdpa(q, cache[:, 0], cache[:, 1]),
+        "view_only": lambda: qkv[:, : n_q * d].view(1, n_k, n_q // n_k, d).transpose(1, 2),
+    }
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        for kernel, fn in calls.items():
+            try:
+                times = _host_per_call(torch, fn)
+                rec.row(kernel=kernel, backend="eager_host", model="llama-3.1-8b", m_tokens=1,
+                        median_s=statistics.median(times), min_s=min(times), max_s=max(times),
+                        launches=LAUNCH_CALLS)  # fmt: skip
+            except Exception as exc:
+                rec.row(kernel=kernel, backend="eager_host", note=f"error: {str(exc).splitlines()[0][:160]}")
+                traceback.print_exc()
+
+
 def measure(out: Path, shapes_path: Path, budget_s: float, sections: list[str]) -> None:
     import torch
     import triton
@@ -581,6 +720,10 @@ def measure(out: Path, shapes_path: Path, budget_s: float, sections: list[str]) 
                 measure_floor(torch, ops, rec, timer)
             elif section == "layer":
                 measure_layers(torch, ops, rec, shapes, deadline)
+            elif section == "eager":
+                measure_eager(torch, ops, rec, shapes, deadline)
+            elif section == "launch":
+                measure_launch(torch, ops, rec, shapes)
         except Exception:  # keep the other sections' rows
             traceback.print_exc()
         torch.cuda.empty_cache()
@@ -597,7 +740,7 @@ def main() -> None:
         "--shapes", type=Path, default=Path(__file__).parent.parent / "validation/kernels/layer_shapes.json"
     )
     run.add_argument("--budget-s", type=float, default=240.0, help="time for all sections together")
-    run.add_argument("--sections", default="floor,elementwise,moe,moe_fp8,layer")
+    run.add_argument("--sections", default="floor,elementwise,moe,moe_fp8,layer", help="of those, eager and launch")
     args = parser.parse_args()
     if args.command == "shapes":
         print(json.dumps(layer_shapes(), indent=1))
