@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from clustersim.config.profiles import (
     Cited,
+    EfficiencyScales,
     EngineProfile,
     HardwareProfile,
     KVMemoryRule,
@@ -267,6 +268,23 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
+def _scaled_engine_spec(engine: EngineSpec, scales: EfficiencyScales, link_latency_s: float) -> EngineSpec:
+    """``engine`` with the fitted scales that act on its own times: ``comm_latency_scale`` on its
+    all-reduce latency (the GPU's link latency where it has none), ``eager_launch_scale`` on its eager
+    launches."""
+    if scales.comm_latency_scale is not None:
+        latency_s = (engine.all_reduce_latency_s or link_latency_s) * scales.comm_latency_scale.value
+        engine = replace(engine, all_reduce_latency_s=latency_s)
+    if scales.eager_launch_scale is not None:
+        scale = scales.eager_launch_scale.value
+        engine = replace(
+            engine,
+            launch_overhead_per_layer_eager_s=engine.launch_overhead_per_layer_eager_s * scale,
+            launch_overhead_per_kernel_eager_s=engine.launch_overhead_per_kernel_eager_s * scale,
+        )
+    return engine
+
+
 def kernels_for(counts: tuple[tuple[Precision, int], ...], precision: Precision) -> int:
     """The count for weights of ``precision`` (FP16 reads BF16's; none given: 0)."""
     table = dict(counts)
@@ -283,7 +301,8 @@ class EngineSpec:
     per_seq_overhead_s: float = 0.0
     launch_overhead_per_layer_eager_s: float = 0.0
     launch_overhead_per_layer_graph_s: float = 0.0
-    launch_overhead_per_moe_layer_eager_s: float = 0.0  # more per MoE layer in an eager step (EngineProfile)
+    # per kernel an MoE layer or MLA block launches beyond a dense layer's, in an eager step (EngineProfile)
+    launch_overhead_per_kernel_eager_s: float = 0.0
     # launch-bound kernels the op list does not price, by the weights' precision (EngineProfile)
     small_kernels_per_moe_layer: tuple[tuple[Precision, int], ...] = ()
     small_kernels_per_mla_layer: tuple[tuple[Precision, int], ...] = ()
@@ -311,7 +330,7 @@ class EngineSpec:
             per_seq_overhead_s=opt(engine.per_seq_overhead_s),
             launch_overhead_per_layer_eager_s=opt(engine.launch_overhead_per_layer_eager_s),
             launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
-            launch_overhead_per_moe_layer_eager_s=opt(engine.launch_overhead_per_moe_layer_eager_s),
+            launch_overhead_per_kernel_eager_s=opt(engine.launch_overhead_per_kernel_eager_s),
             small_kernels_per_moe_layer=_counts(engine.small_kernels_per_moe_layer),
             small_kernels_per_mla_layer=_counts(engine.small_kernels_per_mla_layer),
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
@@ -443,13 +462,7 @@ class GpuSpec:
             decode_attention_latency_s=spec.decode_attention_latency_s * latency,
             prefill_attention_latency_s=spec.prefill_attention_latency_s * latency,
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
-            engine=engine_spec
-            if scales.comm_latency_scale is None
-            else replace(
-                engine_spec,
-                all_reduce_latency_s=(engine_spec.all_reduce_latency_s or spec.interconnect_latency_s)
-                * scales.comm_latency_scale.value,
-            ),
+            engine=_scaled_engine_spec(engine_spec, scales, spec.interconnect_latency_s),
         )
 
     @property

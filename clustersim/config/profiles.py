@@ -153,7 +153,9 @@ class EfficiencyScales(_Physical):
     GEMMs, ``comm_scale`` the interconnect efficiency of all-reduces, ``comm_latency_scale`` the latency
     of one all-reduce (the engine's ``all_reduce_latency_s``, else the GPU profile's link latency; this
     one is not capped), ``kernel_latency_scale`` the GPU profile's fixed time per kernel (GEMM,
-    element-wise and both attention latencies: what a small batch's step is made of; not capped either).
+    element-wise and both attention latencies: what a small batch's step is made of; not capped either),
+    ``eager_launch_scale`` the engine's eager launch times (``launch_overhead_per_layer_eager_s`` and
+    ``launch_overhead_per_kernel_eager_s``; not capped).
     Absent: 1.
     """
 
@@ -166,6 +168,7 @@ class EfficiencyScales(_Physical):
     comm_scale: Cited[float] | None = None
     comm_latency_scale: Cited[float] | None = None
     kernel_latency_scale: Cited[float] | None = None
+    eager_launch_scale: Cited[float] | None = None
 
 
 _RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
@@ -226,9 +229,11 @@ class EngineProfile(_Physical):
     """What a serving engine adds to every step on top of the GPU kernels.
 
     The host (CPU) time of a step is ``step_overhead_s + num_seqs x (per_seq_overhead_s +
-    sampling_per_seq_s) + num_layers x launch overhead (CUDA-graph or eager)``. An eager step of a
-    mixture-of-experts model also launches ``launch_overhead_per_moe_layer_eager_s`` per MoE layer (its
-    routing, expert and quantisation kernels); those launches run ahead of the GPU, so only the part the
+    sampling_per_seq_s)``, plus its launches: ``num_layers x launch_overhead_per_layer_graph_s`` when it
+    replays a CUDA graph; else ``num_layers x launch_overhead_per_layer_eager_s`` (one dense layer's
+    kernels launched one at a time) and ``launch_overhead_per_kernel_eager_s`` for each kernel an MoE
+    layer or MLA attention block launches beyond a dense grouped-query layer's (its extra GEMMs of the
+    op list and its small kernels below). Eager launches run ahead of the GPU, so only the part the
     step's kernels do not cover adds to it. ``small_kernels_per_moe_layer`` and ``small_kernels_per_mla_layer``:
     by the weights' precision (block-FP8 weights add an activation-quantisation kernel before each GEMM),
     the launch-bound kernels the engine runs in each MoE layer (routing top-k, expert sort and alignment,
@@ -272,7 +277,7 @@ class EngineProfile(_Physical):
     per_seq_overhead_s: Cited[float] | None = None
     launch_overhead_per_layer_eager_s: Cited[float] | None = None
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
-    launch_overhead_per_moe_layer_eager_s: Cited[float] | None = None
+    launch_overhead_per_kernel_eager_s: Cited[float] | None = None
     small_kernels_per_moe_layer: Cited[dict[Precision, int]] | None = None  # by the weights' precision
     small_kernels_per_mla_layer: Cited[dict[Precision, int]] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None

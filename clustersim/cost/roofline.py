@@ -231,13 +231,12 @@ def engine_overhead_s(batch: StepBatch, model: ModelShape, gpu: GpuSpec) -> floa
     """CPU and launch time the engine adds to a step.
 
     Pure-decode steps of at most ``cuda_graph_max_seqs`` sequences replay a captured CUDA graph
-    (cheap launches), or with piecewise graphs any step of at most that many tokens; other steps
-    launch every kernel eagerly. Every sequence samples one token.
+    (cheap launches, counted here), or with piecewise graphs any step of at most that many tokens;
+    other steps launch every kernel eagerly (:func:`eager_launch_s`, not counted here). Every sequence
+    samples one token.
     """
     engine = gpu.engine
-    launch_s = (
-        engine.launch_overhead_per_layer_graph_s if graphed(batch, gpu) else engine.launch_overhead_per_layer_eager_s
-    )
+    launch_s = engine.launch_overhead_per_layer_graph_s if graphed(batch, gpu) else 0.0  # eager: eager_launch_s
     return (
         gpu.step_overhead_s
         + batch.num_seqs * (engine.per_seq_overhead_s + engine.sampling_per_seq_s)
@@ -257,13 +256,27 @@ def small_kernels(model: ModelShape, engine: EngineSpec) -> int:
     return moe + mla
 
 
-def eager_moe_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> float:
-    """The launch time of an eager step's MoE kernels beyond the per-layer launches of
-    :func:`engine_overhead_s` (``launch_overhead_per_moe_layer_eager_s`` per MoE layer; 0 when graphed).
-    Launches run ahead of the GPU: only what the step's kernels do not cover adds to it."""
-    if is_graphed or not model.is_moe:
+def eager_kernels_beyond_dense(model: ModelShape, engine: EngineSpec) -> int:
+    """The kernels one step's MoE layers and MLA attention blocks launch beyond as many dense
+    grouped-query layers: an MoE layer's router and shared-expert GEMMs (its grouped expert GEMMs
+    replace the dense MLP's two) and an MLA block's three projections beyond query-key-value and output,
+    plus the small kernels of both (:func:`small_kernels`)."""
+    moe = model.num_moe_layers * len(moe_dense_gemms(1, model, 1)) if model.is_moe else 0
+    mla = model.num_layers * (len(attention_gemms(1, model, 1)) - 2) if model.is_mla else 0
+    return moe + mla + small_kernels(model, engine)
+
+
+def eager_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> float:
+    """The host time to launch an eager step's kernels one at a time (0 when it replays a graph):
+    ``launch_overhead_per_layer_eager_s`` per layer and ``launch_overhead_per_kernel_eager_s`` per
+    kernel of :func:`eager_kernels_beyond_dense`. Launches run ahead of the GPU (validation/kernels/host:
+    a 2,048-token eager prefill lasts its graph's time; a one-token step lasts its launches): only what
+    the step's kernels do not cover adds to it."""
+    if is_graphed:
         return 0.0
-    return model.num_moe_layers * gpu.engine.launch_overhead_per_moe_layer_eager_s
+    engine = gpu.engine
+    extra_s = engine.launch_overhead_per_kernel_eager_s * eager_kernels_beyond_dense(model, engine)
+    return model.num_layers * engine.launch_overhead_per_layer_eager_s + extra_s
 
 
 def routing_tokens(batch: StepBatch, padded: int) -> int:
@@ -350,10 +363,10 @@ def price_step(
         )
     host_s = engine_overhead_s(batch, model, gpu)
     overlap = gpu.engine.host_overlap_frac
-    moe_launch_s = eager_moe_launch_s(graphed(batch, gpu), model, gpu)
-    if overlap > 0.0 or moe_launch_s > 0.0:  # the part of the host time the GPU work does not cover
+    eager_s = eager_launch_s(graphed(batch, gpu), model, gpu)
+    if overlap > 0.0 or eager_s > 0.0:  # the part of the host time the GPU work does not cover
         gpu_s = sum(op.time_s for op in ops)
-        host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s + moe_launch_s - gpu_s)
+        host_s = (1.0 - overlap) * host_s + max(0.0, overlap * host_s + eager_s - gpu_s)
     ops.append(OpCost("overhead", 0.0, 0.0, host_s, "fixed"))
     return StepCost(sum(op.time_s for op in ops), tuple(ops))
 
@@ -447,12 +460,8 @@ class RooflineCostModel:
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
         overlap = gpu.engine.host_overlap_frac
         host_s = engine_overhead_s(batch, model, gpu)
-        moe_launch_s = (
-            eager_moe_launch_s(graphed(batch, gpu), model, gpu)
-            if gpu.engine.launch_overhead_per_moe_layer_eager_s
-            else 0.0
-        )
-        in_series = overlap == 0.0 and moe_launch_s == 0.0
+        eager_s = eager_launch_s(graphed(batch, gpu), model, gpu)
+        in_series = overlap == 0.0 and eager_s == 0.0
         total = token_ops_s + lm_head_s + (host_s if in_series else 0.0)
         if batch.prefill_new_tokens:
             total += self._prefill_attention_s(batch.prefill_new_tokens, batch.prefill_context_tokens)
@@ -461,9 +470,9 @@ class RooflineCostModel:
             total += model.num_layers * decode_attention_layer_time(work, batch.num_decode_seqs, gpu).time_s
         if in_series:
             return total
-        if moe_launch_s == 0.0:
+        if eager_s == 0.0:
             return overlapped_s(total, host_s, overlap)
-        return (1.0 - overlap) * host_s + max(overlap * host_s + moe_launch_s, total)
+        return (1.0 - overlap) * host_s + max(overlap * host_s + eager_s, total)
 
     def price(self, batch: StepBatch) -> StepCost:
         return price_step(batch, self.model, self.gpu, self.tensor_parallel, self.pipeline_parallel)
@@ -483,8 +492,8 @@ class RooflineCostModel:
         layers = model.num_layers
         engine = gpu.engine
         is_graphed = tokens <= engine.cuda_graph_max_seqs
-        launch_s = engine.launch_overhead_per_layer_graph_s if is_graphed else engine.launch_overhead_per_layer_eager_s
-        moe_launch_s = eager_moe_launch_s(is_graphed, model, gpu)
+        launch_s = engine.launch_overhead_per_layer_graph_s if is_graphed else 0.0  # eager: eager_launch_s
+        eager_s = eager_launch_s(is_graphed, model, gpu)
         host_s = (
             gpu.step_overhead_s
             + num_seqs * engine.per_seq_overhead_s
@@ -503,7 +512,8 @@ class RooflineCostModel:
             layers * work0.bytes / bytes_per_s,
             layers * (work1.bytes - work0.bytes) / bytes_per_s,
         )
-        return DecodeStepShape(fixed_s, (piece,), host_s + moe_launch_s if overlap > 0.0 or moe_launch_s > 0.0 else 0.0)
+        floor_s = host_s + eager_s if overlap > 0.0 or eager_s > 0.0 else 0.0
+        return DecodeStepShape(fixed_s, (piece,), floor_s)
 
     def decode_step_shape(self, num_seqs: int) -> DecodeStepShape:
         """Every op but decode attention is independent of context; decode attention is, per layer,
@@ -512,17 +522,17 @@ class RooflineCostModel:
         layers = self.model.num_layers
         overlap = self.gpu.engine.host_overlap_frac
         batch = StepBatch(num_decode_seqs=num_seqs)
-        moe_launch_s = eager_moe_launch_s(graphed(batch, self.gpu), self.model, self.gpu)
+        eager_s = eager_launch_s(graphed(batch, self.gpu), self.model, self.gpu)
         floor_s = 0.0
-        if overlap == 0.0 and moe_launch_s == 0.0:
+        if overlap == 0.0 and eager_s == 0.0:
             fixed_s = (
                 empty.duration_s - empty.op("attention_decode").time_s + layers * self.gpu.decode_attention_latency_s
             )
-        else:  # (1 - f) x host + max(f x host + MoE launches, GPU) = max(host + MoE launches, (1 - f) x host + GPU)
+        else:  # (1 - f) x host + max(f x host + eager launches, GPU) = max(host + launches, (1 - f) x host + GPU)
             host_s = engine_overhead_s(batch, self.model, self.gpu)
             gpu_s = sum(op.time_s for op in empty.ops if op.name not in ("overhead", "attention_decode"))
             fixed_s = (1.0 - overlap) * host_s + gpu_s + layers * self.gpu.decode_attention_latency_s
-            floor_s = host_s + moe_launch_s
+            floor_s = host_s + eager_s
         work0 = decode_attention_work(num_seqs, 0, self.model, self.tensor_parallel)
         work1 = decode_attention_work(num_seqs, 1, self.model, self.tensor_parallel)
         flops_per_s, bytes_per_s = decode_attention_rates(num_seqs, self.gpu)

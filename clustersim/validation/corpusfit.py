@@ -19,6 +19,9 @@ Per GPU family, shared by every engine (one factor, pulled towards 1 like an eng
 Engine-wide, where rows need them:
 
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
+- ``eager`` (rows of an engine that launches eager steps' kernels from Python): its eager launch times
+  (``launch_overhead_per_layer_eager_s``, ``launch_overhead_per_kernel_eager_s``) against their measured
+  values, which PyTorch and Triton launches of a plain decoder layer set (validation/kernels/host);
 - ``comm`` (rows on more than one GPU per replica): the interconnect efficiency of the engine's
   all-reduces against NCCL's measured one;
 - ``comm_latency`` (the same rows): the latency of one of the engine's all-reduces against its cited
@@ -83,12 +86,13 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     "moe": ("moe_scale",),
     "comm": ("comm_scale",),
     "comm_latency": ("comm_latency_scale",),
+    "eager": ("eager_launch_scale",),
     "latency": ("kernel_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
-ENGINE_KINDS = ("moe", "comm", "comm_latency")  # engine-wide scales, written into every family's block
+ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager")  # engine-wide scales, written into every family's block
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
@@ -104,7 +108,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | latency | moe | comm | comm_latency | frontend
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | frontend
     family: str | None = None
 
     @property
@@ -129,6 +133,8 @@ class FitParam:
             return row.served and self.engine == row.engine
         if (self.kind == "moe" and not row.moe) or (self.kind in COMM_KINDS and not row.multi_gpu):
             return False
+        if self.kind == "eager" and not row.eager:
+            return False
         return any(self.applies(atom) for atom in row.atoms(self.kind))
 
 
@@ -143,6 +149,7 @@ class FitRow:
     task: RowTask
     served: bool = False  # the requests pass the engine's HTTP front end
     multi_gpu: bool = False  # a replica spans GPUs (tensor or pipeline parallel): it communicates
+    eager: bool = False  # its engine launches eager steps' kernels from Python (a measured cost per kernel)
 
     def atoms(self, kind: str) -> list[Atom]:
         """The scales of ``kind`` this row runs with (none without a GPU family)."""
@@ -172,7 +179,8 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         task = task_of(b)
         served = bool(cluster.get("frontend", True))
         gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1))
+        eager = catalogue.engine(cluster["engine"]).launch_overhead_per_kernel_eager_s is not None
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager))
     return found
 
 
@@ -189,6 +197,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
                 params.add(FitParam(r.engine, "moe"))
             if r.multi_gpu:
                 params.update(FitParam(r.engine, kind) for kind in COMM_KINDS)
+            if r.eager:
+                params.add(FitParam(r.engine, "eager"))
         if r.served:
             params.add(FitParam(r.engine, "frontend"))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))

@@ -16,6 +16,8 @@ from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts
 from clustersim.cost.roofline import (
     all_reduce_time_s,
     blend_s,
+    eager_kernels_beyond_dense,
+    eager_launch_s,
     engine_overhead_s,
     overlapped_s,
     padded_tokens,
@@ -263,12 +265,16 @@ def test_engine_overheads():
     assert engine_overhead_s(StepBatch(num_decode_seqs=4, decode_context_tokens=40), TOY, gpu) == pytest.approx(
         0.25 + 4 * 0.03 + 2 * 0.001
     )
-    # 5 sequences, or any prefill: eager launches
-    assert engine_overhead_s(StepBatch(num_decode_seqs=5, decode_context_tokens=50), TOY, gpu) == pytest.approx(
-        0.25 + 5 * 0.03 + 2 * 0.1
-    )
+    # 5 sequences, or any prefill: eager launches, which run ahead of the GPU (eager_launch_s), not in here
+    five = StepBatch(num_decode_seqs=5, decode_context_tokens=50)
+    assert engine_overhead_s(five, TOY, gpu) == pytest.approx(0.25 + 5 * 0.03)
     mixed = StepBatch(prefill_new_tokens=(3,), prefill_context_tokens=(0,), num_decode_seqs=1, decode_context_tokens=5)
-    assert engine_overhead_s(mixed, TOY, gpu) == pytest.approx(0.25 + 2 * 0.03 + 2 * 0.1)
+    assert engine_overhead_s(mixed, TOY, gpu) == pytest.approx(0.25 + 2 * 0.03)
+    assert eager_launch_s(False, TOY, gpu) == pytest.approx(2 * 0.1) and eager_launch_s(True, TOY, gpu) == 0.0
+    # the step lasts its host time and the longer of its launches and its kernels
+    kernels_s = sum(op.time_s for op in price_step(five, TOY, gpu, 1).ops if op.name != "overhead")
+    expected_s = 0.25 + 5 * 0.03 + max(2 * 0.1, kernels_s)
+    assert price_step(five, TOY, gpu, 1).duration_s == pytest.approx(expected_s)
 
 
 def test_overlapped_host_time_by_hand():
@@ -346,10 +352,10 @@ SHAPE_CASES = {
     "toy-overlap": lambda tp: RooflineCostModel(
         TOY, replace(GPU, step_overhead_s=2e-3, engine=EngineSpec(per_seq_overhead_s=1e-4, host_overlap_frac=0.8)), tp
     ),
-    # SGLang: MoE launches of eager steps (decode above its 160 graphed sequences) under the kernels
+    # SGLang: an MoE layer's extra launches in eager steps (decode above its graphed sequences) under the kernels
     "sglang-moe-eager": lambda tp: RooflineCostModel(
         MOE,
-        replace(GPU, engine=EngineSpec(cuda_graph_max_seqs=16, launch_overhead_per_moe_layer_eager_s=1e-3)),
+        replace(GPU, engine=EngineSpec(cuda_graph_max_seqs=16, launch_overhead_per_kernel_eager_s=1e-3)),
         tp,
     ),
     "sglang-moe-eager-overlap": lambda tp: RooflineCostModel(
@@ -357,9 +363,7 @@ SHAPE_CASES = {
         replace(
             GPU,
             step_overhead_s=2e-3,
-            engine=EngineSpec(
-                cuda_graph_max_seqs=16, launch_overhead_per_moe_layer_eager_s=1e-3, host_overlap_frac=0.5
-            ),
+            engine=EngineSpec(cuda_graph_max_seqs=16, launch_overhead_per_kernel_eager_s=1e-3, host_overlap_frac=0.5),
         ),
         tp,
     ),
@@ -373,7 +377,8 @@ SHAPE_CASES = {
                 small_kernels_per_moe_layer=(("bf16", 9),),
                 small_kernels_per_mla_layer=(("bf16", 7),),
                 host_overlap_frac=0.5,
-                launch_overhead_per_moe_layer_eager_s=1e-3,
+                launch_overhead_per_layer_eager_s=2e-4,
+                launch_overhead_per_kernel_eager_s=3e-5,
             ),
         ),
         tp,
@@ -400,33 +405,43 @@ def test_decode_step_shape_matches_step_price(case, tensor_parallel, num_seqs, c
     assert model.decode_step_shape(num_seqs).duration_s(context) == pytest.approx(direct, rel=1e-12)
 
 
-def test_eager_moe_launches_add_only_what_the_kernels_do_not_cover():
+def test_eager_launches_add_only_what_the_kernels_do_not_cover():
     catalogue = Catalogue.builtin()
-    shape = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))
+    shape = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))  # MLA in 61 layers, MoE in 58
     sglang = GpuSpec.from_profiles(catalogue.hardware("H200"), catalogue.engine("sglang"))
-    without = replace(sglang, engine=replace(sglang.engine, launch_overhead_per_moe_layer_eager_s=0.0))
-    per_layer_s = sglang.engine.launch_overhead_per_moe_layer_eager_s
-    assert per_layer_s == pytest.approx(0.985e-3)
+    no_launches = replace(sglang.engine, launch_overhead_per_layer_eager_s=0.0, launch_overhead_per_kernel_eager_s=0.0)
+    without = replace(sglang, engine=no_launches)
+    layer_s, kernel_s = (
+        sglang.engine.launch_overhead_per_layer_eager_s,
+        sglang.engine.launch_overhead_per_kernel_eager_s,
+    )
+    assert (layer_s, kernel_s) == (pytest.approx(483e-6), pytest.approx(39e-6))  # measured (validation/kernels/host)
 
-    def extra_s(batch: StepBatch) -> float:
-        return RooflineCostModel(shape, sglang, 8).step_duration_s(batch) - RooflineCostModel(
-            shape, without, 8
+    def extra_s(batch: StepBatch, model: ModelShape = shape) -> float:
+        return RooflineCostModel(model, sglang, 8).step_duration_s(batch) - RooflineCostModel(
+            model, without, 8
         ).step_duration_s(batch)
 
+    def kernels_s(batch: StepBatch, model: ModelShape = shape) -> float:
+        return RooflineCostModel(model, without, 8).price(batch).duration_s - engine_overhead_s(batch, model, without)
+
     one_token = StepBatch(prefill_new_tokens=(1,), prefill_context_tokens=(6,))
-    kernels_s = RooflineCostModel(shape, without, 8).price(one_token).duration_s - engine_overhead_s(
-        one_token, shape, without
-    )
-    # a one-token prefill (sglang PR #12160): the 58 MoE layers' launches, less the kernels they run ahead of
-    assert extra_s(one_token) == pytest.approx(58 * per_layer_s - kernels_s, rel=1e-9)
-    assert (
-        extra_s(StepBatch(prefill_new_tokens=(32_000,), prefill_context_tokens=(0,))) == 0.0
-    )  # covered by the kernels
+    # DeepSeek-V3 in SGLang with FP8 weights: beyond a dense layer's, each MoE layer launches its router and
+    # shared-expert GEMMs and 6 small kernels, each MLA block 3 more projections and 8 small kernels
+    assert eager_kernels_beyond_dense(shape, sglang.engine) == 58 * (3 + 6) + 61 * (3 + 8)
+    launches_s = 61 * layer_s + (58 * 9 + 61 * 11) * kernel_s
+    assert extra_s(one_token) == pytest.approx(launches_s - kernels_s(one_token), rel=1e-9)
+    # a one-token prefill is all launches: sglang PR #12160 logged 82.6 ms for it, 8% more than measured here
+    assert RooflineCostModel(shape, sglang, 8).step_duration_s(one_token) == pytest.approx(82.64e-3, rel=0.1)
+    assert extra_s(StepBatch(prefill_new_tokens=(32_000,), prefill_context_tokens=(0,))) == 0.0  # the kernels cover it
     assert extra_s(StepBatch(num_decode_seqs=8, decode_context_tokens=8000)) == 0.0  # a graphed decode
+    # a dense model launches its layers alone; an MoE model without MLA adds its MoE layers' kernels
     dense = ModelShape.from_profile(catalogue.model("Llama-3.1-70B"))
-    assert RooflineCostModel(dense, sglang, 8).step_duration_s(one_token) == RooflineCostModel(
-        dense, without, 8
-    ).step_duration_s(one_token)
+    assert extra_s(one_token, dense) == pytest.approx(80 * layer_s - kernels_s(one_token, dense), rel=1e-9)
+    qwen = ModelShape.from_profile(catalogue.model("Qwen3-30B-A3B"))  # bf16: router + 4 small kernels per layer
+    assert eager_kernels_beyond_dense(qwen, sglang.engine) == 48 * (1 + 4)
+    qwen_launches_s = 48 * layer_s + 48 * 5 * kernel_s
+    assert extra_s(one_token, qwen) == pytest.approx(qwen_launches_s - kernels_s(one_token, qwen), rel=1e-9)
 
 
 def test_small_kernels_of_moe_and_mla_layers_take_a_kernel_latency_each_at_any_batch():

@@ -87,7 +87,7 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     assert [p.label for p in params] == [
         "all.compute.ampere", "all.compute.hopper", "all.latency.ampere", "all.latency.hopper",
         "all.memory.ampere", "all.memory.hopper", "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
-        "vllm-v1.compute.hopper", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
+        "vllm-v1.compute.hopper", "vllm-v1.eager", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
         "vllm-v1.memory.hopper",
     ]  # fmt: skip
     weights = {p.label: prior_weight(p) for p in params}
@@ -124,6 +124,30 @@ def test_a_gpu_familys_kernel_latency_is_one_factor_shared_by_every_engine_and_s
                  "prefill_attention_latency_s"):  # fmt: skip
         assert getattr(slow, name) == pytest.approx(2.5 * getattr(plain, name)) and getattr(plain, name) > 0
     assert slow.memory_efficiency_frac == plain.memory_efficiency_frac
+
+
+def test_eager_launches_are_fitted_for_engines_that_launch_from_python_and_scale_both_times():
+    rows = [
+        dataclasses.replace(BASE, row_id="a-sglang", publisher="a", engine="sglang"),
+        dataclasses.replace(BASE, row_id="a-vllm", publisher="a"),
+        dataclasses.replace(BASE, row_id="a-trtllm", publisher="a", engine="trtllm", engine_version="1.0"),
+    ]
+    found = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    assert [r.eager for r in found] == [True, True, False]  # TensorRT-LLM enqueues from C++: no measured cost
+    eager = [p for p in parameters(found) if p.kind == "eager"]
+    assert [p.label for p in eager] == ["sglang.eager", "vllm-v1.eager"]
+    assert [r.row.row_id for r in found if eager[0].touches_row(r)] == ["a-sglang"]
+    # the fitted scale multiplies both measured launch times on every family, uncapped
+    engine = engines_with(reference_engines(CATALOGUE), eager[:1], [2.5])["sglang"]
+    for gpu in ("H200", "B200", "MI300X"):
+        plain = GpuSpec.from_profiles(CATALOGUE.hardware(gpu), reference_engines(CATALOGUE)["sglang"]).engine
+        fitted = GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).engine
+        assert plain.launch_overhead_per_layer_eager_s > 0 and plain.launch_overhead_per_kernel_eager_s > 0
+        assert fitted.launch_overhead_per_layer_eager_s == pytest.approx(2.5 * plain.launch_overhead_per_layer_eager_s)
+        assert fitted.launch_overhead_per_kernel_eager_s == pytest.approx(
+            2.5 * plain.launch_overhead_per_kernel_eager_s
+        )
+        assert fitted.launch_overhead_per_layer_graph_s == plain.launch_overhead_per_layer_graph_s
 
 
 class _ClosedForm:
