@@ -418,6 +418,14 @@ class RooflineCostModel:
     _one_prompt_attention_s: dict[tuple[int, int], float] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _eager_s: dict[bool, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _eager_launch_s(self, is_graphed: bool) -> float:
+        """:func:`eager_launch_s` of this replica, memoised (it depends on the model and engine only)."""
+        found = self._eager_s.get(is_graphed)
+        if found is None:
+            found = self._eager_s[is_graphed] = eager_launch_s(is_graphed, self.model, self.gpu)
+        return found
 
     def _prefill_attention_s(self, new_tokens: tuple[int, ...], context_tokens: tuple[int, ...]) -> float:
         """Prefill attention over every layer; memoised for steps with one prompt (chunk) in them."""
@@ -460,7 +468,7 @@ class RooflineCostModel:
         model, gpu, tp = self.model, self.gpu, self.tensor_parallel
         overlap = gpu.engine.host_overlap_frac
         host_s = engine_overhead_s(batch, model, gpu)
-        eager_s = eager_launch_s(graphed(batch, gpu), model, gpu)
+        eager_s = self._eager_launch_s(graphed(batch, gpu))
         in_series = overlap == 0.0 and eager_s == 0.0
         total = token_ops_s + lm_head_s + (host_s if in_series else 0.0)
         if batch.prefill_new_tokens:
