@@ -9,7 +9,7 @@ from typing import TypeVar, cast
 
 from pydantic import ValidationError
 
-from clustersim.config.loader import format_validation_error, read_yaml_mapping
+from clustersim.config.loader import check_unknown_keys, format_validation_error, read_yaml_mapping
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
 from clustersim.errors import ConfigError, did_you_mean
 
@@ -56,6 +56,7 @@ def _parsed_profile(path: str, mtime_ns: int, size: int, model_cls: type[AnyProf
 
 def _parse_profile(path: Path, model_cls: type[ProfileT]) -> ProfileT:
     raw = read_yaml_mapping(path)
+    check_unknown_keys(raw, model_cls, str(path))  # names the field, with the allowed ones
     try:
         return model_cls.model_validate(raw)
     except ValidationError as exc:

@@ -44,3 +44,16 @@ def test_profile_files_resolve_against_the_scenario_folder(tmp_path):
     with pytest.raises(ConfigError) as info:
         catalogue.hardware("missing.yaml", "s.yaml")
     assert str(info.value) == f"s.yaml: cluster.hardware: no such hardware profile file {tmp_path / 'missing.yaml'}"
+
+
+def test_a_profile_field_the_schema_does_not_know_is_named_with_the_allowed_ones(tmp_path):
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    builtin = Catalogue.builtin().root / "engines" / "sglang.yaml"
+    text = builtin.read_text().replace("launch_overhead_per_kernel_eager_s:", "launch_overhead_per_moe_layer_eager_s:")
+    (engines / "sglang.yaml").write_text(text)
+    with pytest.raises(ConfigError) as info:
+        Catalogue(tmp_path).engine("sglang")
+    message = str(info.value)
+    assert message.startswith(f"{engines / 'sglang.yaml'}: launch_overhead_per_moe_layer_eager_s: unknown field")
+    assert "launch_overhead_per_kernel_eager_s" in message  # among the allowed ones
