@@ -33,6 +33,10 @@ L2 cache, so each launch reads HBM). Sections:
   (``eager``) and, for the same model, the graph's replay (``cuda_graph``); ``launches`` is the
   number of kernels one step runs, counted by PyTorch's profiler. Median of seven steps after three
   warm-ups, FlashAttention-2 attention.
+* ``eager_moe``: the same for the MoE blocks of Qwen3-30B-A3B (48 layers, 128 experts, top 8; eight
+  distinct layers' weights in turn), routed the way a fused-MoE path routes, in plain PyTorch: router
+  GEMM, softmax, top-k and renormalisation, sort by expert, expert counts and offsets, gather, the two
+  grouped GEMMs with SiLU-and-multiply (Triton) between them, the weighted scatter back.
 * ``launch``: the host time of one eager launch of each kind of call such a step makes (a Triton
   kernel, a cuBLAS GEMM, an FP8 cast and GEMM, PyTorch's RMSNorm, element-wise and copy kernels,
   FlashAttention-2 decode, and a tensor view that launches nothing): ``LAUNCH_CALLS`` calls back to back
@@ -641,6 +645,64 @@ def _host_per_call(torch, fn, calls: int = LAUNCH_CALLS, samples: int = 5) -> li
     return times
 
 
+class MoEStep:
+    """Every MoE block of one model (attention left out) for ``tokens`` tokens, launched eagerly."""
+
+    def __init__(self, torch, ops, shape: dict, tokens: int, distinct: int = 8) -> None:
+        bf16, dev = torch.bfloat16, "cuda"
+        self.torch, self.ops, self.layers = torch, ops, shape["num_layers"]
+        self.experts, self.top_k, h, w = shape["experts"], shape["top_k"], shape["hidden"], shape["moe_intermediate"]
+        self.grouped = getattr(torch, "_grouped_mm", None) or torch.nn.functional.grouped_mm
+        self.weights = [
+            (
+                torch.randn(h, self.experts, device=dev, dtype=bf16),
+                torch.randn(self.experts, h, 2 * w, device=dev, dtype=bf16) / math.sqrt(h),
+                torch.randn(self.experts, w, h, device=dev, dtype=bf16) / math.sqrt(w),
+            )
+            for _ in range(distinct)
+        ]
+        self.x = torch.randn(tokens, h, device=dev, dtype=bf16)
+        self.act = torch.empty(tokens * self.top_k, w, device=dev, dtype=bf16)
+
+    def step(self) -> None:
+        torch, x = self.torch, self.x
+        for i in range(self.layers):
+            router, up, down = self.weights[i % len(self.weights)]
+            probs = torch.softmax((x @ router).float(), dim=-1)
+            top_p, top_i = probs.topk(self.top_k, dim=-1)
+            top_p = top_p / top_p.sum(dim=-1, keepdim=True)
+            order = top_i.flatten().argsort()
+            offs = torch.bincount(top_i.flatten(), minlength=self.experts).cumsum(0).to(torch.int32)
+            rows = order // self.top_k
+            gate_up = self.grouped(x[rows], up, offs=offs, out_dtype=x.dtype)
+            self.ops.silu_mul(gate_up, self.act)
+            y = self.grouped(self.act, down, offs=offs, out_dtype=x.dtype)
+            out = torch.zeros_like(x)
+            out.index_add_(0, rows, y * top_p.flatten()[order].unsqueeze(1).to(x.dtype))
+            x = out
+
+
+def measure_moe_eager(torch, ops, rec, shapes, deadline) -> None:
+    shape = shapes["qwen3-30b-a3b"]
+    for tokens in (1, 8, 64, 512):
+        if time.monotonic() > deadline:
+            return
+        row = dict(model="qwen3-30b-a3b", tensor_parallel=1, m_tokens=tokens, num_layers=shape["num_layers"],
+                   experts=shape["experts"], top_k=shape["top_k"], note="moe blocks only")  # fmt: skip
+        try:
+            model = MoEStep(torch, ops, shape, tokens)
+            host, wall = _eager_times(torch, model)
+            launches = _count_kernels(torch, model)
+            for backend, times in (("eager_host", host), ("eager", wall)):
+                rec.row(kernel="moe_step", backend=backend, **row, median_s=statistics.median(times),
+                        min_s=min(times), max_s=max(times), launches=launches)  # fmt: skip
+            del model
+        except Exception as exc:
+            rec.row(kernel="moe_step", backend="eager", **row, note=f"error: {str(exc).splitlines()[0][:160]}")
+            traceback.print_exc()
+        torch.cuda.empty_cache()
+
+
 def measure_launch(torch, ops, rec, shapes) -> None:
     from torch.nn.functional import rms_norm
     from torch.nn.functional import scaled_dot_product_attention as sdpa
@@ -722,6 +784,8 @@ def measure(out: Path, shapes_path: Path, budget_s: float, sections: list[str]) 
                 measure_layers(torch, ops, rec, shapes, deadline)
             elif section == "eager":
                 measure_eager(torch, ops, rec, shapes, deadline)
+            elif section == "eager_moe":
+                measure_moe_eager(torch, ops, rec, shapes, deadline)
             elif section == "launch":
                 measure_launch(torch, ops, rec, shapes)
         except Exception:  # keep the other sections' rows
@@ -740,7 +804,9 @@ def main() -> None:
         "--shapes", type=Path, default=Path(__file__).parent.parent / "validation/kernels/layer_shapes.json"
     )
     run.add_argument("--budget-s", type=float, default=240.0, help="time for all sections together")
-    run.add_argument("--sections", default="floor,elementwise,moe,moe_fp8,layer", help="of those, eager and launch")
+    run.add_argument(
+        "--sections", default="floor,elementwise,moe,moe_fp8,layer", help="of those, eager, eager_moe and launch"
+    )
     args = parser.parse_args()
     if args.command == "shapes":
         print(json.dumps(layer_shapes(), indent=1))
