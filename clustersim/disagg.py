@@ -250,7 +250,7 @@ class KVTransfers:
             decode = self.replicas[row.decode_replica]
             if request_id in self._pulls:  # on the wire: its landing will not come
                 del self._pulls[request_id], self._moving[request_id]
-                decode.core.remote.cancel_pull(request)
+                decode.cancel_pull(request)
                 self._close(request_id)
                 decode.enqueue(request, front=True)  # it had been admitted: first in line to compute it
                 decode.wake()  # the blocks held for it are free

@@ -57,6 +57,8 @@ def ledger_row(
     bytes_per_token: float,
     span: RunSpan | None = None,
     in_flight_blocks: int = 0,
+    released_mean_blocks: float = 0.0,
+    released_worst_blocks: float = 0.0,
 ) -> MemoryRecord:
     """The ledger row of the step (or run of steps) of ``replica`` that started at ``started_at_s``.
 
@@ -64,7 +66,10 @@ def ledger_row(
     tokens fill (prefilling sequences included), blocks the sequences hold (cached prefix blocks
     excluded, blocks in flight included), cached prefix blocks, and free tokens the waiting head cannot
     use. ``span``: how they moved over a run of steps (None: one step). ``in_flight_blocks``: blocks
-    held for KV caches moving between replicas (they do not change during a run).
+    held for KV caches moving between replicas at the end; ``released_mean_blocks``: how many more were
+    held on average over the steps (a pull cancelled during a run gives its blocks back: the steps that
+    ended before held them, in flight and in use), ``released_worst_blocks``: the most more in use at the
+    end of any step than at the last one, for the least free headroom.
     """
     bs, b, total, cached = block_size_tokens, bytes_per_token, total_blocks, cached_blocks
     stored: float = stored_tokens
@@ -72,7 +77,7 @@ def ledger_row(
     used: float = used_blocks
     external: float = external_tokens
     worst_external = external_tokens
-    last_free = (total - used_blocks - cached) * bs
+    last_free = (total - used_blocks - cached) * bs - released_worst_blocks * bs
     if span is not None and span.num_steps > 1 and span.duration_s > 0:
         mean_index = span.index_integral_s / span.duration_s
         mean_growth = span.growth_integral_s / span.duration_s
@@ -86,13 +91,13 @@ def ledger_row(
                 span.external_before_tokens * before_s + external_tokens * (span.duration_s - before_s)
             ) / span.duration_s
             worst_external = max(worst_external, span.external_before_tokens)
+    used = used + released_mean_blocks
+    in_flight = in_flight_blocks + released_mean_blocks
     return MemoryRecord(
         replica,
         started_at_s,
         duration_s,
-        *ledger_bytes(
-            total, bs, b, stored, filled, used, external, cached, last_free, worst_external, in_flight_blocks
-        ),
+        *ledger_bytes(total, bs, b, stored, filled, used, external, cached, last_free, worst_external, in_flight),
     )
 
 

@@ -35,7 +35,9 @@ SHORT_RUN = 2  # a run whose integrals are summed here, step by step
  FIXED, A, B, C, D, FLOOR, CONTEXT) = range(28)  # fmt: skip
 BLOCKS = 28  # then MAX_BATCHED_STEPS - 1 block counts (boundaries 1, 2, ...), zero-padded
 WIDTH = BLOCKS + MAX_BATCHED_STEPS - 1
-IN_FLIGHT = WIDTH  # a row ends with its blocks in flight between replicas (disaggregation)
+# a row ends with its blocks in flight between replicas (disaggregation) and how many more its steps held
+# on average and at worst before a pull cancelled during the run gave them back (ledger_row's last three)
+IN_FLIGHT, RELEASED_MEAN, RELEASED_WORST = WIDTH, WIDTH + 1, WIDTH + 2
 _NO_RUN = (NO_SPAN,) + (0,) * (WIDTH - KIND - 1)
 _NO_BLOCKS = (0,) * (MAX_BATCHED_STEPS - 1)
 _NO_SHORT_RUN = (0,) * (WIDTH - GROWTH_S - 1)
@@ -112,7 +114,7 @@ def ledger_columns(rows: list[Row]) -> list[np.ndarray[Any, Any]]:
     bs, b, total, cached = x[:, BLOCK], x[:, BYTES], x[:, TOTAL], x[:, CACHED]
     stored_tokens, filled_blocks, used_blocks, external_tokens = x[:, STORED], x[:, FILLED], x[:, USED], x[:, EXTERNAL]
     num_steps, per_step, grown = x[:, STEPS], x[:, PER_STEP], x[:, GROWN]
-    last_free = (total - used_blocks - cached) * bs
+    last_free = (total - used_blocks - cached) * bs - x[:, RELEASED_WORST] * bs
     spanned = (kind != NO_SPAN) & (num_steps > 1) & (duration_s > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         mean_index = index_s / duration_s
@@ -125,7 +127,9 @@ def ledger_columns(rows: list[Row]) -> list[np.ndarray[Any, Any]]:
         weighted = (external_before * before_s + external_tokens * (duration_s - before_s)) / duration_s
         external = np.where(changed, weighted, external_tokens)
     worst_external = np.where(changed, np.maximum(external_tokens, external_before), external_tokens)
-    in_flight = x[:, IN_FLIGHT]
+    released = x[:, RELEASED_MEAN]
+    used = used + released
+    in_flight = x[:, IN_FLIGHT] + released
     bytes_columns = ledger_bytes(
         total, bs, b, stored, filled, used, external, cached, last_free, worst_external, in_flight
     )

@@ -41,7 +41,7 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         bs,
         kv.spec.bytes_per_token,
     )
-    in_flight = (core.remote.in_flight_blocks,)  # the row's last field
+    in_flight = (core.remote.in_flight_blocks, *released_blocks(core, step, num_steps, now_s))  # the row's last
     anchor = step.anchor
     if num_steps <= 1 or anchor is None:
         return pending_row(head) + in_flight
@@ -55,6 +55,26 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         head, num_steps, n, grown, kv.growing, step.external_before_tokens, changed_after_s, shape, context, blocks
     )
     return row + in_flight
+
+
+def released_blocks(core: Core, step: Step, num_steps: int, now_s: float) -> tuple[float, float]:
+    """How many more blocks the steps of a run held on average, and at most at any step's end, than at
+    its last, for pulls cancelled during it (:meth:`Core.cancel_pull`): each step's values are those
+    at its end, as the step-by-step mode records them."""
+    released = step.released_in_flight
+    if not released or num_steps <= 1 or step.anchor is None:
+        return 0.0, 0.0
+    kv, first = core.kv, step.first_index
+    shape, n, context = step.anchor.shape, step.batch.num_decode_seqs, step.batch.decode_context_tokens
+    held_block_s, worst = 0.0, 0.0
+    for ended, blocks in released:
+        held_block_s += blocks * run_duration_s(shape, context, n, min(ended, num_steps))
+    for ended, _ in released:  # the last step before each release held every block released after it
+        held = sum(blocks for later, blocks in released if later >= ended)
+        grown_after = kv.growth(first + ended, first + num_steps - 1) if kv.growing and ended < num_steps else 0
+        worst = max(worst, float(held - grown_after))
+    duration_s = now_s - step.started_at_s
+    return (held_block_s / duration_s if duration_s > 0 else 0.0), worst
 
 
 def run_span(kv: KVManager, step: Step, num_steps: int, grown: int, changed: int) -> RunSpan:

@@ -180,6 +180,18 @@ class Core:
         step.set_length(boundary)
         return True
 
+    def cancel_pull(self, request: Request, now_s: float, ended: Passed) -> None:
+        """A pull under way will not land: its blocks come free now; the steps of the run in flight that
+        ended before held them (their ledger rows, :func:`~clustersim.replica.accounting.released_blocks`)."""
+        blocks = request.remote_kv_blocks
+        self.remote.cancel_pull(request)
+        step = self.in_flight
+        if step is None or step.num_steps == 1 or not blocks:
+            return
+        num_ended = step.count_ended(now_s, ended)
+        if num_ended:
+            step.released_in_flight = [*(step.released_in_flight or ()), (num_ended, blocks)]
+
     def reject(self, request: Request, reason: str) -> None:
         request.status = "rejected"
         request.reject_reason = reason

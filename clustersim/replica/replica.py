@@ -71,6 +71,10 @@ class Replica:
         if self.core.withdraw(request, self.clock.now, self._ended, self._planned):
             self._end_sooner()
 
+    def cancel_pull(self, request: Request) -> None:
+        """A KV cache on its way here will not land (its prefill replica failed): free its blocks."""
+        self.core.cancel_pull(request, self.clock.now, self._ended)
+
     def wake(self) -> None:
         """An idle replica plans again at this instant (something it waited for happened); a busy one
         plans at the end of its step anyway."""

@@ -72,6 +72,7 @@ class Step:
         "num_preempted",
         "num_steps",
         "num_swapped_out",
+        "released_in_flight",
         "started_at_s",
     )
 
@@ -96,6 +97,8 @@ class Step:
         self.ends_at_s = started_at_s
         self.external_before_tokens = 0  # external fragmentation seen before the waiting head changed
         self.external_changed_at_step = -1  # first step whose end saw the new head (-1: it did not change)
+        # (steps ended, blocks) of each pull cancelled during the run: those steps held the blocks
+        self.released_in_flight: list[tuple[int, int]] | None = None
 
     def end_of(self, num_steps: int) -> float:
         """When the first ``num_steps`` steps have ended (``num_steps`` >= 1)."""

@@ -17,6 +17,7 @@ from clustersim.kvcache.ledger_batch import (
     pending_row,
     short_run_row,
 )
+from clustersim.records import MemoryRecord
 
 
 def bits(value: float) -> bytes:
@@ -51,7 +52,9 @@ def rows(draw: st.DrawFn) -> tuple[tuple, tuple]:
     kind = draw(st.sampled_from(["step", "span", "short"]))
     in_flight = draw(st.integers(0, max(head[6], 0)))  # blocks held for transfers, among the used ones
     if kind == "step":
-        return (*pending_row(head), in_flight), ledger_row(*head, None, in_flight)
+        return (*pending_row(head), in_flight, 0.0, 0.0), ledger_row(*head, None, in_flight)
+    # blocks of pulls cancelled during the run: held by its earlier steps (mean), the most at one step's end
+    released = draw(st.one_of(st.just((0.0, 0.0)), st.tuples(st.floats(0, 64), st.integers(0, 64).map(float))))
     num_steps = draw(st.integers(2, MAX_BATCHED_STEPS if kind == "short" else 60))
     n, grown = draw(st.integers(1, 256)), draw(st.integers(0, 500))
     growing, before = draw(st.booleans()), draw(st.integers(0, 100_000))
@@ -63,11 +66,11 @@ def rows(draw: st.DrawFn) -> tuple[tuple, tuple]:
     blocks = blocks[: min(num_steps - 1, head[9])]
     span = RunSpan(num_steps, n, grown, growing, *run_integrals(shape, context, n, num_steps, blocks), before,
                    changed_after_s)  # fmt: skip
-    expected = ledger_row(*head, span, in_flight)
+    expected = ledger_row(*head, span, in_flight, *released)
     if kind == "span":
-        return (*pending_row(head, span), in_flight), expected
+        return (*pending_row(head, span), in_flight, *released), expected
     pending = short_run_row(head, num_steps, n, grown, growing, before, changed_after_s, shape, context, blocks)
-    return (*pending, in_flight), expected
+    return (*pending, in_flight, *released), expected
 
 
 @settings(max_examples=300, deadline=None)
@@ -84,8 +87,26 @@ def test_a_short_run_of_two_steps_by_hand() -> None:
     # one piece max(C - 9, 0): steps at C = 10 and 12 last 1 s and 3 s; a block is taken at step 1
     shape = DecodeStepShape(0.0, ((-9.0, 1.0, 0.0, 0.0),))
     head = (0, 0.0, 4.0, 20, 14, 5, 6, 0, 0, 4, 1.0)
-    pending = (*short_run_row(head, 2, 2, 1, True, 0, 0.0, shape, 10, [1]), 0)
+    pending = (*short_run_row(head, 2, 2, 1, True, 0, 0.0, shape, 10, [1]), 0, 0.0, 0.0)
     expected = ledger_row(*head, RunSpan(2, 2, 1, True, 4.0, 1 * 3.0, 1 * 3.0))
     got = [column[0].item() for column in ledger_columns([pending])]
     assert got[1:] == list(expected[1:])
     assert got[4] == (14 - 2 + 2 * 3.0 / 4.0) * 1.0  # stored: the time-weighted mean of 12 and 14 tokens
+
+
+def test_a_pull_cancelled_during_a_run_by_hand() -> None:
+    # the run above; 3 blocks held for a pull were given back after its first step (1 s of its 4 s):
+    # that step held them in flight (and in use), the second did not; its block taken at step 1 makes
+    # the first step's use 3 - 1 = 2 blocks above the last's
+    shape = DecodeStepShape(0.0, ((-9.0, 1.0, 0.0, 0.0),))
+    head = (0, 0.0, 4.0, 20, 14, 5, 6, 0, 0, 4, 1.0)
+    run = short_run_row(head, 2, 2, 1, True, 0, 0.0, shape, 10, [1])
+    plain = [column[0].item() for column in ledger_columns([(*run, 0, 0.0, 0.0)])]
+    got = [column[0].item() for column in ledger_columns([(*run, 0, 0.75, 2.0)])]
+    names = list(MemoryRecord._fields)
+    assert got[names.index("in_flight_bytes")] == 0.75 * 4  # 3 blocks for 1 s of 4, 4 tokens a block
+    assert got[names.index("reserved_unused_bytes")] == plain[names.index("reserved_unused_bytes")]
+    assert got[names.index("free_bytes")] == plain[names.index("free_bytes")] - 0.75 * 4
+    assert got[names.index("min_free_bytes")] == plain[names.index("min_free_bytes")] - 2 * 4
+    expected = ledger_row(*head, RunSpan(2, 2, 1, True, 4.0, 1 * 3.0, 1 * 3.0), 0, 0.75, 2.0)
+    assert got[1:] == list(expected[1:])
