@@ -253,6 +253,13 @@ class ClosedLoopArrivals(StrictModel):
     (completed or rejected) its user thinks for ``think_time`` and sends the next. Each user is a
     session (for affinity routing).
 
+    ``client_time_per_request_s`` and ``client_time_per_prompt_token_s`` (per prompt token of the
+    request that ended) are a benchmark client's own work on each request that ended, before its user
+    thinks and sends the next: one thread does it for every user, one request at a time in the order
+    they ended (an asyncio client that tokenizes each finished request's prompt synchronously inside
+    its concurrency slot, as the KVWarden harness does: ``profiling/scripts/profiling_utils.py``
+    ``_send_request``).
+
     ``turns_per_conversation`` > 1 makes each user's requests multi-turn chats: a turn's prompt is the
     previous turn's prompt and output followed by a new message (drawn from the tenant's
     ``prompt_tokens``), so with prefix caching it reuses the conversation so far. A new conversation
@@ -263,6 +270,8 @@ class ClosedLoopArrivals(StrictModel):
     kind: Literal["closed_loop"]
     num_users: PositiveInt
     think_time: ThinkTime
+    client_time_per_request_s: NonNegativeFloat = 0.0
+    client_time_per_prompt_token_s: NonNegativeFloat = 0.0
     ramp_up_s: NonNegativeFloat = 0.0
     turns_per_conversation: PositiveInt = 1
     max_context_tokens: PositiveInt | None = None

@@ -103,6 +103,11 @@ LONG_PREFILL_FEATURE = "long_prefill"
 # (the harness's rule, or the engine's own behind one endpoint); the rules are router kinds
 DISPATCH_FEATURE = "dispatch"
 DISPATCH_RULES = ("round_robin", "least_outstanding", "vllm_dp")
+# ``client_gap=<ms>/<us per prompt token>``: a closed loop's client worked this long on each request that ended
+# before that client's next send, on one thread for every client: a fixed part and a part per prompt token of
+# the request that ended (a harness that tokenizes each finished request's prompt in its concurrency slot),
+# read off the source's one-client per-request files
+CLIENT_GAP_FEATURE = "client_gap"
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ class CorpusRow:
     p99_bounds_ms: tuple[float, float] | None = None  # (TTFT, TPOT): the load was raised until these held
     long_prefill_tokens: int | None = None  # each prompt's tokens in one step capped at this
     dispatch: str | None = None  # the harness's rule over data-parallel instances (a router kind)
+    client_gap: tuple[float, float] | None = None  # (s, s per prompt token) a client waited between requests
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -250,15 +256,19 @@ class _Stated:
     bounds: tuple[float, float] | None
     long_prefill: int | None
     dispatch: str | None
+    client_gap: tuple[float, float] | None = None
 
 
 def _features(text: str, where: str) -> _Stated:
     """The row's features, its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``), its per-prompt step cap
-    (``long_prefill=<tokens>``) and its harness's dispatch rule (``dispatch=<rule>``), where it states them."""
-    found, bounds, long_prefill, dispatch = set(), None, None, None
+    (``long_prefill=<tokens>``), its harness's dispatch rule (``dispatch=<rule>``) and its client's wait
+    between requests (``client_gap=<ms>/<us per prompt token>``), where it states them."""
+    found, bounds, long_prefill, dispatch, gap = set(), None, None, None, None
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
         if name.startswith(BOUND_FEATURE + "="):
             bounds = _bounds(name, where)
+        elif name.startswith(CLIENT_GAP_FEATURE + "="):
+            gap = _client_gap(name, where)
         elif name.startswith(LONG_PREFILL_FEATURE + "="):
             long_prefill = _long_prefill(name, where)
         elif name.startswith(DISPATCH_FEATURE + "="):
@@ -269,11 +279,25 @@ def _features(text: str, where: str) -> _Stated:
         elif name in FEATURES:
             found.add(name)
         else:
-            valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>"]
+            valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>",
+                      f"{CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>"]  # fmt: skip
             known = ", ".join([*FEATURES, *valued, f"{DISPATCH_FEATURE}=<rule>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return _Stated(frozenset(found), bounds, long_prefill, dispatch)
+    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap)
+
+
+def _client_gap(text: str, where: str) -> tuple[float, float]:
+    """(seconds, seconds per prompt token) from ``client_gap=<ms>/<us per prompt token>``."""
+    parts = text.split("=", 1)[1].split("/")
+    try:
+        fixed_ms, per_token_us = (float(p) for p in parts)
+    except ValueError:
+        fixed_ms = per_token_us = math.nan
+    if not (math.isfinite(fixed_ms) and math.isfinite(per_token_us) and fixed_ms >= 0 and per_token_us >= 0):
+        problem = f"{shown_value(text)}: write {CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>, both >= 0"
+        raise ConfigError(where, "features", problem)
+    return fixed_ms / 1e3, per_token_us / 1e6
 
 
 def _long_prefill(text: str, where: str) -> int:
@@ -320,6 +344,9 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     if bounds is not None and (load_kind != "rate" or load is None or not math.isfinite(load)):
         problem = f"{BOUND_FEATURE} needs a rate row with a finite rate (the rate it searches from)"
         raise ConfigError(where, "features", problem)
+    if stated.client_gap is not None and load_kind != "concurrency":
+        problem = f"{CLIENT_GAP_FEATURE} is a closed loop's wait between requests; the row's load_kind is {load_kind}"
+        raise ConfigError(where, "features", problem)
     engine_only = [f for f in TRTLLM_FEATURES if f in features]
     if engine_only and raw["engine"].lower() != "trtllm":
         problem = f"{engine_only[0]} is a TensorRT-LLM option; the engine is {raw['engine']}"
@@ -354,6 +381,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         p99_bounds_ms=bounds,
         long_prefill_tokens=stated.long_prefill,
         dispatch=stated.dispatch,
+        client_gap=stated.client_gap,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

@@ -5,7 +5,8 @@ The scenario is the benchmark the row describes (:mod:`clustersim.validation.cor
 - ``offline`` and ``rate: inf``: every request queued at t=0 (``trtllm-bench``, ``vllm bench
   throughput``, MLPerf Offline, ``--request-rate inf``);
 - ``concurrency``: a closed loop of ``load`` clients with no think time, all starting at t=0
-  (``--max-concurrency``);
+  (``--max-concurrency``), unless the row states its client's wait between requests
+  (``client_gap=<ms>/<us per prompt token>``);
 - ``rate``: Poisson arrivals at ``load`` requests per second (``--request-rate``; MLPerf Server);
 - ``batch``: ``load`` requests at t=0 that run as one batch (``max_num_seqs`` at least ``load``).
 
@@ -265,7 +266,11 @@ def _arrival(row: CorpusRow) -> tuple[dict[str, Any], int]:
     if row.load_kind == "concurrency":
         assert load is not None
         users = max(1, round(load))
-        return {"kind": "closed_loop", "num_users": users, "think_time": {"kind": "fixed", "time_s": 0.0}}, 1
+        think = {"kind": "fixed", "time_s": 0.0}
+        loop: dict[str, Any] = {"kind": "closed_loop", "num_users": users, "think_time": think}
+        if row.client_gap is not None:  # the client's own work on each request that ended, on one thread
+            loop["client_time_per_request_s"], loop["client_time_per_prompt_token_s"] = row.client_gap
+        return loop, 1
     if row.load_kind == "rate" and load is not None and math.isfinite(load):
         return {"kind": "poisson", "rate_per_s": load}, 1
     together = round(load) if row.load_kind == "batch" and load is not None else 1

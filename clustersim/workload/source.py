@@ -123,9 +123,10 @@ def closed_loop_user(
     dispatch: Dispatch,
     completions: Completions,
     conversation: Conversation | None = None,
+    client: ClientThread | None = None,
 ) -> Generator[simpy.Event, Any, None]:
     """One user: its first request at ``start_s``, then each a think time after the previous one ended
-    (with ``conversation``, each a turn of a multi-turn chat).
+    (and after ``client`` has done its work on it; with ``conversation``, each a turn of a multi-turn chat).
 
     Raises :class:`ClusterSimError` if the user's requests are rejected :data:`MAX_INSTANT_REJECTIONS`
     times in a row at one instant (zero think time and lengths no replica can serve): time would
@@ -155,14 +156,31 @@ def closed_loop_user(
         yield ended
         if conversation is not None:
             conversation.ended(prompt_tokens, output_tokens, request.status == "completed")
-        delay_s = think_s
-        rejected_now = request.status == "rejected" and request.arrival_at_s == env.now and think_s == 0
+        delay_s = think_s if client is None else think_s + client.done_at_s(env.now, request.prompt_tokens) - env.now
+        rejected_now = request.status == "rejected" and request.arrival_at_s == env.now and delay_s == 0
         num_instant_rejections = num_instant_rejections + 1 if rejected_now else 0
         if num_instant_rejections >= MAX_INSTANT_REJECTIONS:
             raise ClusterSimError(
                 f"tenant '{tenant}': user {user} had {num_instant_rejections} requests in a row rejected at "
                 f"{env.now:g} s with no think time ({request.reject_reason}); time cannot advance"
             )
+
+
+class ClientThread:
+    """A benchmark client's one thread: its work on each request that ended (``per_request_s`` plus
+    ``per_prompt_token_s`` per prompt token), one request at a time in the order they ended."""
+
+    __slots__ = ("free_at_s", "per_prompt_token_s", "per_request_s")
+
+    def __init__(self, per_request_s: float, per_prompt_token_s: float) -> None:
+        self.per_request_s = per_request_s
+        self.per_prompt_token_s = per_prompt_token_s
+        self.free_at_s = 0.0
+
+    def done_at_s(self, now_s: float, prompt_tokens: int) -> float:
+        """When its work on a request of ``prompt_tokens`` that ended at ``now_s`` is done."""
+        self.free_at_s = max(now_s, self.free_at_s) + self.per_request_s + self.per_prompt_token_s * prompt_tokens
+        return self.free_at_s
 
 
 @dataclass(frozen=True)
@@ -200,6 +218,9 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
     # only the first M users send any request (and none sends a second): the others are not started
     max_requests = traffic.budget.max_requests
     num_started = arrival.num_users if max_requests is None else min(arrival.num_users, max_requests)
+    client = None
+    if arrival.client_time_per_request_s or arrival.client_time_per_prompt_token_s:
+        client = ClientThread(arrival.client_time_per_request_s, arrival.client_time_per_prompt_token_s)
     for user in range(num_started):
         start_s = user * arrival.ramp_up_s / arrival.num_users
         conversation = None
@@ -222,6 +243,7 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
                     traffic.dispatch,
                     traffic.completions,
                     conversation,
+                    client,
                 )
             )
         )

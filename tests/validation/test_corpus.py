@@ -85,6 +85,12 @@ def test_a_good_file_loads(tmp_path):
             "lab.csv:3: features: max_utilization is a TensorRT-LLM option; the engine is",
         ),
         ({"features": "long_prefill=0"}, "lab.csv:3: features: 'long_prefill=0': write long_prefill=<tokens>, a whole"),
+        ({"features": "client_gap=1.4"}, "lab.csv:3: features: 'client_gap=1.4': write client_gap=<ms>/<us per prompt"),
+        ({"features": "client_gap=-1/4"}, "lab.csv:3: features: 'client_gap=-1/4': write client_gap=<ms>/<us per"),
+        (
+            {"features": "client_gap=1.4/4.26", "load_kind": "rate", "load": "2"},
+            "lab.csv:3: features: client_gap is a closed loop's wait between requests; the row's load_kind is rate",
+        ),
         ({"features": "long_prefill=2.5k"}, "lab.csv:3: features: 'long_prefill=2.5k': write long_prefill=<tokens>"),
         (
             {"dataset": "random-range-1.5"},
@@ -139,3 +145,9 @@ def test_a_rate_row_may_state_the_p99_bounds_its_rate_was_raised_to(tmp_path):
     bounded = {**GOOD, "load_kind": "rate", "load": "90.5", "features": "eager;p99_bound=2000/200"}
     (row,) = load_corpus_file(write(tmp_path, "lab.csv", [bounded]))
     assert row.p99_bounds_ms == (2000.0, 200.0) and row.features == frozenset({"eager"})
+
+
+def test_a_closed_loop_row_may_state_its_clients_work_between_requests(tmp_path):
+    gap = {**GOOD, "features": "client_gap=1.4/4.26"}
+    (row,) = load_corpus_file(write(tmp_path, "lab.csv", [gap]))
+    assert row.client_gap == pytest.approx((1.4e-3, 4.26e-6)) and row.features == frozenset()

@@ -135,6 +135,12 @@ def test_a_harness_that_states_its_dispatch_rule_overrides_the_engines():
     assert stated.mapping["router"] == {"kind": "least_outstanding"}
 
 
+def test_a_clients_stated_work_between_requests_reaches_the_closed_loop():
+    arrival = build(client_gap=(1.4e-3, 4.26e-6)).mapping["workload"]["tenants"][0]["arrival"]
+    assert arrival["client_time_per_request_s"] == 1.4e-3 and arrival["client_time_per_prompt_token_s"] == 4.26e-6
+    assert arrival["think_time"] == {"kind": "fixed", "time_s": 0.0}
+
+
 def test_a_per_prompt_step_cap_reaches_the_scheduler():
     assert build(long_prefill_tokens=256).mapping["scheduler"] == {"long_prefill_token_threshold": 256}
     assert "scheduler" not in build().mapping

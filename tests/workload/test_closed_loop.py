@@ -149,3 +149,20 @@ def test_a_million_users_for_twenty_requests_start_twenty(run_mapping):
     result = run_mapping(closed_loop(1_000_000, {"kind": "fixed", "time_s": 1.0}, 20))
     assert result.summary["num_requests"]["completed"] == 20
     assert result.summary["simulator"]["num_events"] < 500
+
+
+def test_the_clients_work_on_each_ended_request_is_done_on_one_thread(run_mapping):
+    """Unit steps: two users' 10-token requests end together at 3 s; the client's work on each is
+    0.5 s + 0.1 s per prompt token (1.5 s), one after the other: user 0 sends again at 4.5, user 1 at 6
+    (which waits for the step boundary at 6.5)."""
+    raw = closed_loop(2, {"kind": "fixed", "time_s": 0.0}, 4,
+                      client_time_per_request_s=0.5, client_time_per_prompt_token_s=0.1)  # fmt: skip
+    rows = read_requests(run_mapping(raw))
+    assert [r["arrival_at_s"] for r in rows] == [0, 0, 4.5, 6]
+    assert [r["finished_at_s"] for r in rows] == [3, 3, 7.5, 9.5]
+
+
+def test_a_think_time_follows_the_clients_work(run_mapping):
+    raw = closed_loop(1, {"kind": "fixed", "time_s": 1.0}, 3, client_time_per_prompt_token_s=0.05)
+    rows = read_requests(run_mapping(raw))
+    assert [r["arrival_at_s"] for r in rows] == [0, 3 + 0.5 + 1, 2 * (3 + 0.5 + 1)]
