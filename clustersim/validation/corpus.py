@@ -289,14 +289,7 @@ def _features(text: str, where: str) -> _Stated:
 
 def _client_gap(text: str, where: str) -> tuple[float, float]:
     """(seconds, seconds per prompt token) from ``client_gap=<ms>/<us per prompt token>``."""
-    parts = text.split("=", 1)[1].split("/")
-    try:
-        fixed_ms, per_token_us = (float(p) for p in parts)
-    except ValueError:
-        fixed_ms = per_token_us = math.nan
-    if not (math.isfinite(fixed_ms) and math.isfinite(per_token_us) and fixed_ms >= 0 and per_token_us >= 0):
-        problem = f"{shown_value(text)}: write {CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>, both >= 0"
-        raise ConfigError(where, "features", problem)
+    fixed_ms, per_token_us = _pair(text, where, "<ms>/<us per prompt token>, both >= 0", 0.0)
     return fixed_ms / 1e3, per_token_us / 1e6
 
 
@@ -309,15 +302,19 @@ def _long_prefill(text: str, where: str) -> int:
 
 
 def _bounds(text: str, where: str) -> tuple[float, float]:
-    parts = text.split("=", 1)[1].split("/")
+    return _pair(text, where, "<TTFT ms>/<TPOT ms>, both > 0", math.ulp(0.0))
+
+
+def _pair(text: str, where: str, form: str, least: float) -> tuple[float, float]:
+    """The two finite numbers of a ``name=<a>/<b>`` feature, each at least ``least``, else the form to write."""
+    name, value = text.split("=", 1)
     try:
-        ttft_ms, tpot_ms = (float(p) for p in parts)
+        first, second = (float(p) for p in value.split("/"))
     except ValueError:
-        ttft_ms = tpot_ms = math.nan
-    if not (math.isfinite(ttft_ms) and math.isfinite(tpot_ms) and ttft_ms > 0 and tpot_ms > 0):
-        problem = f"{shown_value(text)}: write {BOUND_FEATURE}=<TTFT ms>/<TPOT ms>, both > 0"
-        raise ConfigError(where, "features", problem)
-    return ttft_ms, tpot_ms
+        first = second = math.nan
+    if not all(math.isfinite(v) and v >= least for v in (first, second)):
+        raise ConfigError(where, "features", f"{shown_value(text)}: write {name}={form}")
+    return first, second
 
 
 def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
