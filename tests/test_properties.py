@@ -141,7 +141,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "stop": {"horizon_s": horizon} if horizon else {},
         "slo": {"ttft_s": draw(st.floats(0.5, 20))},
         "_prefix": draw(st.sampled_from([0, 0, 8, 64])),
-        "_closed_loop": draw(st.sampled_from([False, False, True])),
+        "_closed_loop": draw(st.sampled_from([False, False, True, "client"])),  # "client": its one thread works
         "_window": draw(st.sampled_from([None, None, "count", "time", "both"])),
         "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
         "_faults": draw(st.one_of(st.none(), st.none(), faults())),
@@ -285,8 +285,13 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
     if raw["scheduler"]["policy"] == "vllm_v1":  # paged blocks, recompute only
         raw["kv"] = {**raw["kv"], "allocator": "paged", "preemption": "recompute"}
     shared = raw.pop("_prefix", 0)
-    if raw.pop("_closed_loop", False):  # users sending back to back, each a session (affinity keys)
-        raw["workload"] = {"tenants": [*raw["workload"]["tenants"], CLOSED_LOOP]}
+    closed_loop = raw.pop("_closed_loop", False)
+    if closed_loop:  # users sending back to back, each a session (affinity keys)
+        users = CLOSED_LOOP
+        if closed_loop == "client":  # a client thread's work on each ended request delays the next sends
+            client = {"client_time_per_request_s": 0.05, "client_time_per_prompt_token_s": 2e-3}
+            users = {**CLOSED_LOOP, "arrival": {**CLOSED_LOOP["arrival"], **client}}
+        raw["workload"] = {"tenants": [*raw["workload"]["tenants"], users]}
         raw["stop"] = {**raw["stop"], "max_requests": 40}
     whole_sequence = raw["scheduler"]["policy"] in ("static", "trtllm_no_evict", "trtllm_no_evict_chunked")
     if shared and raw["kv"]["allocator"] == "paged" and not whole_sequence:
