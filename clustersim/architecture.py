@@ -318,6 +318,7 @@ class EngineSpec:
     all_reduce_overlap_frac: float = 0.0  # of the all-reduce time, what runs under other kernels
     step_overhead_per_worker_s: float = 0.0  # host time per step per GPU worker beyond the first
     frontend_per_request_s: float = 0.0  # the HTTP front end's work per request (EngineProfile)
+    frontend_per_prompt_token_s: float = 0.0
     frontend_per_output_token_s: float = 0.0
 
     @classmethod
@@ -345,6 +346,7 @@ class EngineSpec:
             all_reduce_overlap_frac=opt(engine.all_reduce_overlap_frac),
             step_overhead_per_worker_s=opt(engine.step_overhead_per_worker_s),
             frontend_per_request_s=opt(engine.frontend_per_request_s) + opt(engine.frontend_fitted_per_request_s),
+            frontend_per_prompt_token_s=opt(engine.frontend_per_prompt_token_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
         )
 

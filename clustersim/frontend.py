@@ -2,15 +2,17 @@
 
 A served request is parsed and tokenized before the engine sees it, and its tokens are detokenized
 and streamed back as they come. vLLM's OpenAI server does this in one process, beside the engine
-core (its tokenizer is a single-thread executor, vLLM issue #25301). Requests are parsed one at a
-time, first come first served: a request arriving at ``t`` starts at ``max(t, free)`` and reaches the
-replica's queue when its ``per_request_s`` of work is done. The streaming runs in the same process,
-interleaved with that work (an asyncio event loop), so it is a load on the server rather than a queue
-in front of it: while a share ``rho`` of the server's time goes to streaming, a request's parse takes
-``per_request_s / (1 - rho)``. ``rho`` is ``per_output_token_s`` times the token rate the server is
-streaming, estimated from the requests it passed that have completed: an exponentially weighted rate
-of their output tokens with a time constant of ``STREAMING_TIME_CONSTANT_S`` (completions are the
-same in both simulation modes, so the estimate is too), capped at ``MAX_STREAMING_SHARE``.
+core (its tokenizer is a single-thread executor, vLLM issue #25301: Hugging Face fast tokenizers are
+not thread-safe, vLLM PR #34789). Requests are parsed one at a time, first come first served: a
+request arriving at ``t`` starts at ``max(t, free)`` and reaches the replica's queue when its work is
+done, ``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt (tokenizing it). The
+streaming runs in the same process, interleaved with that work (an asyncio event loop), so it is a
+load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
+to streaming, a request's parse takes ``work / (1 - rho)``. ``rho`` is ``per_output_token_s`` times
+the token rate the server is streaming, estimated from the requests it passed that have completed: an
+exponentially weighted rate of their output tokens with a time constant of ``STREAMING_TIME_CONSTANT_S``
+(completions are the same in both simulation modes, so the estimate is too), capped at
+``MAX_STREAMING_SHARE``.
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
 that a real server parses together (docs/validation.md). Deliveries are timers at arrival priority, so
@@ -33,12 +35,15 @@ MAX_STREAMING_SHARE = 0.9  # assumption: streaming leaves the server at least a 
 
 
 class FrontEnd:
-    """The API server of one replica (a single server; no work when both costs are 0)."""
+    """The API server of one replica (a single server; no work when its costs are 0)."""
 
-    def __init__(self, clock: Clock, per_request_s: float, per_output_token_s: float) -> None:
+    def __init__(
+        self, clock: Clock, per_request_s: float, per_output_token_s: float, per_prompt_token_s: float = 0.0
+    ) -> None:
         self.clock = clock
         self.per_request_s = per_request_s
         self.per_output_token_s = per_output_token_s
+        self.per_prompt_token_s = per_prompt_token_s
         self.free_at_s = 0.0
         self.busy_s = 0.0
         self.num_requests = 0
@@ -64,15 +69,16 @@ class FrontEnd:
 
     @property
     def active(self) -> bool:
-        return self.per_request_s > 0.0 or self.per_output_token_s > 0.0
+        return self.per_request_s > 0.0 or self.per_output_token_s > 0.0 or self.per_prompt_token_s > 0.0
 
     def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
         now = self.clock.now
         start_s = max(now, self.free_at_s)
-        ready_s = start_s + self.per_request_s / (1.0 - self.streaming_share(start_s))
+        work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
+        ready_s = start_s + work_s / (1.0 - self.streaming_share(start_s))
         self.free_at_s = ready_s
-        self.busy_s += self.per_request_s + self.per_output_token_s * request.output_tokens
+        self.busy_s += work_s + self.per_output_token_s * request.output_tokens
         self.num_requests += 1
         self.delay_s += ready_s - now
         self.max_delay_s = max(self.max_delay_s, ready_s - now)

@@ -155,8 +155,8 @@ def make_frontends(plan: RunPlan, clock: Clock) -> list[FrontEnd] | None:
     if not plan.scenario.cluster.frontend or plan.scenario.cost.kind == "unit":
         return None
     frontends = [
-        FrontEnd(clock, g.gpu.engine.frontend_per_request_s, g.gpu.engine.frontend_per_output_token_s)
-        for g in plan.replica_groups()
+        FrontEnd(clock, e.frontend_per_request_s, e.frontend_per_output_token_s, e.frontend_per_prompt_token_s)
+        for e in (g.gpu.engine for g in plan.replica_groups())
     ]
     return frontends if any(f.active for f in frontends) else None
 

@@ -36,6 +36,7 @@ def engine_file(tmp_path):
     engine["name"] = "with-frontend"
     engine["aliases"] = []
     engine.pop("frontend_fitted_per_request_s", None)  # only the test's own front-end times
+    engine.pop("frontend_per_prompt_token_s", None)
     engine["frontend_per_request_s"] = {"value": 0.5, "source": "test: 0.5 s per request"}
     engine["frontend_per_output_token_s"] = {"value": 0.25, "source": "test: 0.25 s per output token"}
     path = tmp_path / "with-frontend.yaml"
@@ -59,6 +60,17 @@ def test_requests_are_parsed_one_at_a_time_with_streaming_as_a_load(run_mapping,
     assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.0, 10.0 + _later_parse_s(rows)])
     # the replica finished request 0 within milliseconds and is idle when each request reaches it
     assert [r["arrival_at_s"] for r in rows] == [0.0, 0.0, 10.0]  # TTFT counts from the client's send
+
+
+def test_each_prompt_is_tokenized_on_the_one_thread(run_mapping, engine_file, tmp_path):
+    """0.1 s per prompt token on top of 0.5 s per request: the two 4-token prompts sent together are
+    parsed 0 -> 0.9 s and 0.9 -> 1.8 s."""
+    path = tmp_path / engine_file
+    engine = yaml.safe_load(path.read_text())
+    engine["frontend_per_prompt_token_s"] = {"value": 0.1, "source": "test: 0.1 s per prompt token"}
+    path.write_text(yaml.safe_dump(engine))
+    rows = read_requests(run_mapping(scenario(engine_file)))
+    assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.9, 1.8])
 
 
 def test_no_front_end_offline(run_mapping, engine_file):

@@ -262,11 +262,12 @@ class EngineProfile(_Physical):
     ``runtime_memory_tp_bytes`` with tensor parallelism (NCCL and custom all-reduce buffers).
     ``efficiency``: by GPU family, how this engine's kernels scale the GPU profile's measured
     efficiencies (:class:`EfficiencyScales`); ``kernel_releases``: kernels it gained in later
-    releases, which an older release's run lacks (:class:`KernelRelease`). ``frontend_per_request_s`` and
-    ``frontend_per_output_token_s``: the work of the HTTP front end (API server: parsing,
-    tokenizing, streaming and detokenizing) per request and per output token, done one request at a
-    time beside the engine loop (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is
-    what ``clustersim validate --fit`` found beyond the cited per-request cost, added to it.
+    releases, which an older release's run lacks (:class:`KernelRelease`). ``frontend_per_request_s``,
+    ``frontend_per_prompt_token_s`` and ``frontend_per_output_token_s``: the work of the HTTP front end
+    (API server: parsing, tokenizing the prompt, streaming and detokenizing) per request, per prompt
+    token and per output token, done one request at a time beside the engine loop
+    (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is what ``clustersim validate
+    --fit`` found beyond the cited per-request cost, added to it.
     ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
     the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -295,6 +296,7 @@ class EngineProfile(_Physical):
     kernel_releases: tuple[KernelRelease, ...] = ()
     frontend_per_request_s: Cited[float] | None = None
     frontend_fitted_per_request_s: Cited[float] | None = None
+    frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
