@@ -215,13 +215,24 @@ def simulate(
 
     frontends = make_frontends(plan, clock)
 
+    def through_front_end(replica: Replica, request: Request, deliver: Callable[[Request], None]) -> None:
+        """Pass ``request`` through ``replica``'s front end, counted as sent to it until delivered."""
+        assert frontends is not None
+        passed[request.request_id] = front = frontends[replica.core.spec.index]
+        replica.incoming += 1
+
+        def delivered(r: Request) -> None:
+            replica.incoming -= 1
+            deliver(r)
+
+        front.submit(request, delivered)
+
     def dispatch(request: Request) -> None:
         replica = routed[router.choose(request, routed)]
         if frontends is None:
             replica.enqueue(request)
         else:
-            passed[request.request_id] = front = frontends[replica.core.spec.index]
-            front.submit(request, replica.enqueue)
+            through_front_end(replica, request, replica.enqueue)
 
     def reject(request: Request, reason: str) -> None:
         request.status, request.reject_reason = "rejected", reason
@@ -238,8 +249,7 @@ def simulate(
             request.remote_kv, request.remote_kv_blocks = NO_REMOTE_KV, 0  # a KV cache that had landed is lost
         if up and fresh and frontends is not None:  # a new arrival passes its replica's front end first
             replica = up[router.choose(request, up)]
-            passed[request.request_id] = front = frontends[replica.core.spec.index]
-            front.submit(request, lambda r: delivered_up(replica, r))
+            through_front_end(replica, request, lambda r: delivered_up(replica, r))
         elif up:
             up[router.choose(request, up)].enqueue(request)
         else:

@@ -150,3 +150,14 @@ def test_a_wave_sent_together_is_parsed_together_whatever_it_will_stream(run_map
     rows = read_requests(run_mapping(mapping))
     # each waits only for the parses before it (0.5 s each), not for 40 tokens x 0.25 s of streaming
     assert sorted(r["first_scheduled_at_s"] for r in rows) == pytest.approx([0.5, 1.0, 1.5, 2.0])
+
+
+def test_a_request_in_a_front_end_counts_as_sent_to_its_replica(run_mapping, engine_file):
+    """Two requests sent together to two replicas routed to the least outstanding: the first is still in
+    replica 0's front end when the second is routed, so the second goes to replica 1."""
+    raw = scenario(engine_file)
+    raw["cluster"]["num_replicas"] = 2
+    raw["router"] = {"kind": "least_outstanding"}
+    rows = read_requests(run_mapping(raw))
+    assert [r["replica"] for r in rows[:2]] == [0, 1]
+    assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.5, 0.5])  # parsed side by side

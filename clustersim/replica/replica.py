@@ -28,18 +28,20 @@ class Replica:
         self._end_priority = step_end_priority(self.index)
         self._plan_priority = plan_priority(self.index)
         self._wakeup: simpy.Event | None = None
+        self.incoming = 0  # requests sent here still in its front end (the API server before its queue)
         self.process = clock.process(self._run())
 
     # ------------------------------------------------------------------ what a router sees
     @property
     def num_outstanding(self) -> int:
-        """Requests queued or holding a seat here."""
-        return self.core.num_outstanding
+        """Requests sent here and not yet ended: in its front end, queued or holding a seat (what a load
+        balancer counting its open requests to this replica sees)."""
+        return self.core.num_outstanding + self.incoming
 
     @property
     def num_waiting(self) -> int:
-        """Requests queued here, not holding a seat."""
-        return self.core.num_waiting
+        """Requests sent here not holding a seat: in its front end or queued."""
+        return self.core.num_waiting + self.incoming
 
     @property
     def holds_nothing(self) -> bool:
