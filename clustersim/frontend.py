@@ -68,6 +68,11 @@ class FrontEnd:
         self._rate_at_s = now
 
     @property
+    def num_passing(self) -> int:
+        """Requests in this front end now (not yet delivered to its replica)."""
+        return len(self._passing)
+
+    @property
     def active(self) -> bool:
         return self.per_request_s > 0.0 or self.per_output_token_s > 0.0 or self.per_prompt_token_s > 0.0
 

@@ -214,18 +214,14 @@ def simulate(
     routed = transfers.prefill_pool if transfers is not None else replicas  # where arrivals go
 
     frontends = make_frontends(plan, clock)
+    for replica, front in zip(replicas, frontends, strict=True) if frontends is not None else ():
+        replica.frontend = front  # routers count the requests in it as sent to the replica
 
     def through_front_end(replica: Replica, request: Request, deliver: Callable[[Request], None]) -> None:
-        """Pass ``request`` through ``replica``'s front end, counted as sent to it until delivered."""
-        assert frontends is not None
-        passed[request.request_id] = front = frontends[replica.core.spec.index]
-        replica.incoming += 1
-
-        def delivered(r: Request) -> None:
-            replica.incoming -= 1
-            deliver(r)
-
-        front.submit(request, delivered)
+        """Pass ``request`` through ``replica``'s front end (counted as sent to it while there)."""
+        assert replica.frontend is not None
+        passed[request.request_id] = replica.frontend
+        replica.frontend.submit(request, deliver)
 
     def dispatch(request: Request) -> None:
         replica = routed[router.choose(request, routed)]

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # the core calls these; they only read it
     from clustersim.replica.core import Core
 
 
+NOT_RELEASED = (0.0, 0.0)  # no pull cancelled during the run: no blocks held beyond the last step's
+
+
 def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> Row:
     """The ledger row of the steps of ``step`` just ended (before finished sequences retire), as the
     inputs :func:`~clustersim.kvcache.ledger_batch.ledger_columns` turns into the row when it is written."""
@@ -41,7 +44,8 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         bs,
         kv.spec.bytes_per_token,
     )
-    in_flight = (core.remote.in_flight_blocks, *released_blocks(core, step, num_steps, now_s))  # the row's last
+    released = released_blocks(core, step, num_steps, now_s) if step.released_in_flight else NOT_RELEASED
+    in_flight = (core.remote.in_flight_blocks, *released)  # the row's last fields
     anchor = step.anchor
     if num_steps <= 1 or anchor is None:
         return pending_row(head) + in_flight

@@ -14,6 +14,7 @@ from typing import Any
 import simpy
 
 from clustersim.clock import Clock, plan_priority, step_end_priority
+from clustersim.frontend import FrontEnd
 from clustersim.replica.core import Core
 from clustersim.workload.request import Request
 
@@ -28,7 +29,7 @@ class Replica:
         self._end_priority = step_end_priority(self.index)
         self._plan_priority = plan_priority(self.index)
         self._wakeup: simpy.Event | None = None
-        self.incoming = 0  # requests sent here still in its front end (the API server before its queue)
+        self.frontend: FrontEnd | None = None  # its API server, where requests sent here wait to reach its queue
         self.process = clock.process(self._run())
 
     # ------------------------------------------------------------------ what a router sees
@@ -36,12 +37,17 @@ class Replica:
     def num_outstanding(self) -> int:
         """Requests sent here and not yet ended: in its front end, queued or holding a seat (what a load
         balancer counting its open requests to this replica sees)."""
-        return self.core.num_outstanding + self.incoming
+        return self.core.num_outstanding + self._num_incoming
 
     @property
     def num_waiting(self) -> int:
         """Requests sent here not holding a seat: in its front end or queued."""
-        return self.core.num_waiting + self.incoming
+        return self.core.num_waiting + self._num_incoming
+
+    @property
+    def _num_incoming(self) -> int:
+        """Requests sent here still in its front end."""
+        return self.frontend.num_passing if self.frontend is not None else 0
 
     @property
     def holds_nothing(self) -> bool:
