@@ -267,7 +267,9 @@ class EngineProfile(_Physical):
     (API server: parsing, tokenizing the prompt, streaming and detokenizing) per request, per prompt
     token and per output token, done one request at a time beside the engine loop
     (:mod:`clustersim.frontend`); ``frontend_fitted_per_request_s`` is what ``clustersim validate
-    --fit`` found beyond the cited per-request cost, added to it.
+    --fit`` found beyond the cited per-request cost, added to it, and ``frontend_fitted_max_per_request_s``
+    the most that fit may add: a measured ceiling of one front end's throughput less the cited work of the
+    requests it carried there (0: the cited costs already fill it, and nothing is fitted).
     ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
     the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -296,6 +298,7 @@ class EngineProfile(_Physical):
     kernel_releases: tuple[KernelRelease, ...] = ()
     frontend_per_request_s: Cited[float] | None = None
     frontend_fitted_per_request_s: Cited[float] | None = None
+    frontend_fitted_max_per_request_s: Cited[float] | None = None
     frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
@@ -308,6 +311,13 @@ class EngineProfile(_Physical):
         for precision, count in (cited.value if cited is not None else {}).items():
             if count < 0:
                 raise ValueError(f"{precision}: {count} kernels must be at least 0")
+        return cited
+
+    @field_validator("frontend_fitted_max_per_request_s")
+    @classmethod
+    def _ceiling(cls, cited: Cited[float] | None) -> Cited[float] | None:
+        if cited is not None and not cited.value >= 0:
+            raise ValueError(f"{cited.value} s must be at least 0")
         return cited
 
 

@@ -27,7 +27,9 @@ Engine-wide, where rows need them:
 - ``comm_latency`` (the same rows): the latency of one of the engine's all-reduces against its cited
   value (``all_reduce_latency_s``: the custom all-reduce kernels a decode step's small messages see);
 - ``frontend`` (rows served over HTTP): per-request time of the engine's front end beyond its cited cost
-  (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``.
+  (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``, or within the room a measured
+  ceiling of the front end's throughput leaves (``frontend_fitted_max_per_request_s``; an engine whose
+  cited costs already fill it fits none).
 
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to a user's
 own measurements). Every fit starts from the engine profiles without their ``efficiency`` blocks and fitted
@@ -110,6 +112,7 @@ class FitParam:
     engine: str | None
     kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | frontend
     family: str | None = None
+    max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
     @property
     def label(self) -> str:
@@ -150,6 +153,7 @@ class FitRow:
     served: bool = False  # the requests pass the engine's HTTP front end
     multi_gpu: bool = False  # a replica spans GPUs (tensor or pipeline parallel): it communicates
     eager: bool = False  # its engine launches eager steps' kernels from Python (a measured cost per kernel)
+    frontend_max_ms: float = math.inf  # the most front-end time per request a fit may add (a cited ceiling)
 
     def atoms(self, kind: str) -> list[Atom]:
         """The scales of ``kind`` this row runs with (none without a GPU family)."""
@@ -179,8 +183,11 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         task = task_of(b)
         served = bool(cluster.get("frontend", True))
         gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
-        eager = catalogue.engine(cluster["engine"]).launch_overhead_per_kernel_eager_s is not None
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager))
+        engine = catalogue.engine(cluster["engine"])
+        eager = engine.launch_overhead_per_kernel_eager_s is not None
+        ceiling = engine.frontend_fitted_max_per_request_s
+        most = ceiling.value * 1e3 if ceiling is not None else math.inf
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most))
     return found
 
 
@@ -199,8 +206,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
                 params.update(FitParam(r.engine, kind) for kind in COMM_KINDS)
             if r.eager:
                 params.add(FitParam(r.engine, "eager"))
-        if r.served:
-            params.add(FitParam(r.engine, "frontend"))
+        if r.served and r.frontend_max_ms > 0:
+            params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))
 
 
@@ -261,12 +268,21 @@ def natural(param: FitParam, x: float) -> float:
 
 
 def solver_start(param: FitParam) -> float:
-    """Where every fit starts a parameter: a scale of 1, 1 ms of extra front-end time."""
-    return FRONTEND_START_MS if param.kind == "frontend" else 0.0
+    """Where every fit starts a parameter: a scale of 1, 1 ms of extra front-end time (or its ceiling's
+    midpoint, where that is lower)."""
+    return min(FRONTEND_START_MS, solver_bounds(param)[1] / 2) if param.kind == "frontend" else 0.0
 
 
 def solver_bounds(param: FitParam) -> tuple[float, float]:
-    return (0.0, FRONTEND_MAX_MS) if param.kind == "frontend" else (-SCALE_BOUND, SCALE_BOUND)
+    if param.kind == "frontend":
+        return 0.0, min(FRONTEND_MAX_MS, param.max_ms)
+    return -SCALE_BOUND, SCALE_BOUND
+
+
+def within_bounds(param: FitParam, x: float) -> float:
+    """``x`` (a value an earlier fit reached) moved inside the parameter's bounds as they are now."""
+    lower, upper = solver_bounds(param)
+    return min(max(x, lower), upper)
 
 
 def solver_step(param: FitParam) -> float:

@@ -36,6 +36,7 @@ from clustersim.validation.corpusfit import (
     reference_engines,
     scratch_dir,
     solver_start,
+    within_bounds,
 )
 from clustersim.validation.fitcache import cached_fit, fit_key, saved_values
 from clustersim.validation.predict import Prediction
@@ -120,7 +121,7 @@ def fit_corpus(
 
             everything = evaluator(frows, "all")
             earlier_all = saved_values(start_from, "all-rows")  # where an earlier all-rows fit ended
-            start = np.asarray([earlier_all.get(p.label, solver_start(p)) for p in params])
+            start = np.asarray([within_bounds(p, earlier_all.get(p.label, solver_start(p))) for p in params])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
             say(f"all rows: {_fold_line(all_rows)}")
             x_all = all_rows.x
@@ -155,7 +156,7 @@ def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow]
     start = x_all.copy()
     for i, param in enumerate(params):
         if _touched(param, held):
-            start[i] = (earlier or {}).get(param.label, solver_start(param))
+            start[i] = within_bounds(param, (earlier or {}).get(param.label, solver_start(param)))
     return start
 
 

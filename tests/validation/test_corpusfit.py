@@ -25,7 +25,9 @@ from clustersim.validation.corpusfit import (
     parameters,
     prior_weight,
     reference_engines,
+    solver_bounds,
     solver_start,
+    within_bounds,
 )
 from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus
 from clustersim.validation.fitcache import fit_key
@@ -87,12 +89,27 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     assert [p.label for p in params] == [
         "all.compute.ampere", "all.compute.hopper", "all.latency.ampere", "all.latency.hopper",
         "all.memory.ampere", "all.memory.hopper", "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
-        "vllm-v1.compute.hopper", "vllm-v1.eager", "vllm-v1.frontend", "vllm-v1.memory", "vllm-v1.memory.ampere",
-        "vllm-v1.memory.hopper",
-    ]  # fmt: skip
+        "vllm-v1.compute.hopper", "vllm-v1.eager", "vllm-v1.memory", "vllm-v1.memory.ampere", "vllm-v1.memory.hopper",
+    ]  # fmt: skip  (no vllm-v1.frontend: its cited ceiling leaves a fit nothing to add, next test)
     weights = {p.label: prior_weight(p) for p in params}
     assert weights["vllm-v1.compute.hopper"] == INTERACTION_PRIOR_WEIGHT > PRIOR_WEIGHT == weights["all.compute.hopper"]
-    assert weights["vllm-v1.compute"] == PRIOR_WEIGHT and weights["vllm-v1.frontend"] == 0.0
+    assert weights["vllm-v1.compute"] == PRIOR_WEIGHT
+
+
+def test_a_front_end_is_fitted_only_within_the_room_its_measured_ceiling_leaves():
+    served = dataclasses.replace(BASE, row_id="a-rate", publisher="a", load_kind="rate", load=1.0)
+    rows = [served, dataclasses.replace(served, row_id="b-rate", publisher="b", engine="sglang", engine_version="0.5.6")]
+    frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    assert CATALOGUE.engine("vllm-v1").frontend_fitted_max_per_request_s.value == 0.0
+    assert CATALOGUE.engine("sglang").frontend_fitted_max_per_request_s is None
+    fronts = [p for p in parameters(frows) if p.kind == "frontend"]
+    assert [p.label for p in fronts] == ["sglang.frontend"]  # vLLM's cited costs fill its ceiling
+    assert solver_bounds(fronts[0]) == (0.0, corpusfit.FRONTEND_MAX_MS) and prior_weight(fronts[0]) == 0.0
+    capped = FitParam("x", "frontend", max_ms=0.5)
+    assert capped == FitParam("x", "frontend")  # the ceiling is not part of the parameter's identity
+    assert solver_bounds(capped) == (0.0, 0.5) and solver_start(capped) == 0.25  # inside a ceiling under 1 ms
+    assert within_bounds(capped, 24.4) == 0.5 and within_bounds(capped, -1.0) == 0.0  # an earlier fit's value
+    assert within_bounds(FitParam("x", "compute"), 3.0) == corpusfit.SCALE_BOUND
 
 
 def test_an_engine_is_predicted_on_a_family_it_was_never_measured_on():
