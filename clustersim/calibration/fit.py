@@ -26,7 +26,14 @@ from scipy.optimize import least_squares
 
 from clustersim.calibration.measurements import Measurement, MeasurementFile, catalogue_next_to, fitted_values
 from clustersim.calibration.parameters import FitParameter, resolve_parameters, with_values
-from clustersim.calibration.simulate import DEFAULT_NUM_REQUESTS, Prediction, RowProfiles, predict, row_scenario
+from clustersim.calibration.simulate import (
+    DEFAULT_NUM_REQUESTS,
+    Prediction,
+    RowProfiles,
+    batch_kv_note,
+    predict,
+    row_scenario,
+)
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
 from clustersim.errors import ClusterSimError, ConfigError
@@ -53,6 +60,7 @@ class Setup:
     hardware: Mapping[str, HardwareProfile]
     models: Mapping[str, ModelProfile]
     parameters: tuple[FitParameter, ...]
+    notes: tuple[str, ...] = ()  # what the report says about rows the model cannot run as measured
 
 
 def _first_files(rows: Sequence[Measurement], paths: Sequence[Path], kind: str) -> dict[str, Path]:
@@ -87,7 +95,11 @@ def prepare(
     )
     trained_gpus = {rows[i].hardware: hardware[rows[i].hardware] for i in train}
     parameters = resolve_parameters(fields, engine, trained_gpus)
-    return Setup(rows, scenarios, engine, hardware, models, parameters)
+    notes = (
+        batch_kv_note(row, scenario, RowProfiles(hardware[row.hardware], models[row.model], engine))
+        for row, scenario in zip(rows, scenarios, strict=True)
+    )
+    return Setup(rows, scenarios, engine, hardware, models, parameters, tuple(n for n in notes if n))
 
 
 class Evaluator:

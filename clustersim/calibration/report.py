@@ -179,8 +179,10 @@ def format_scores(calibration: Calibration) -> str:
 
 
 def format_report(calibration: Calibration, title: str) -> str:
-    """The whole printout: title, parameters, rows, scores."""
+    """The whole printout: title, parameters, rows, scores and notes on rows the model cannot run as measured."""
     train, test = calibration.train, calibration.test
+    notes = calibration.setup.notes
+    noted = ["notes:\n" + "\n".join(f"- {note}" for note in notes)] if notes else []
     fitted_on = f"fitted on {len(train)} of {len(calibration.setup.rows)} rows"
     if test:
         fitted_on += f" ({', '.join(map(str, train))}); the other {len(test)} are held out ('test')"
@@ -193,5 +195,6 @@ def format_report(calibration: Calibration, title: str) -> str:
             + "\n(MAPE: mean absolute percentage error over the values counted; 'overall': the means, which the fit"
             + " minimises, not the p99s; r: Pearson's correlation of the fitted predictions with the measurements"
             + " over every row, '-' with fewer than 3 values)",
+            *noted,
         )
     )

@@ -41,6 +41,7 @@ from clustersim.config.loader import LoadedScenario, apply_overrides, scenario_f
 from clustersim.config.profiles import EngineProfile, HardwareProfile, ModelProfile
 from clustersim.errors import ClusterSimError
 from clustersim.runner import run_scenario
+from clustersim.runplan import plan_run
 
 DEFAULT_NUM_REQUESTS = 200
 MIN_REQUESTS_PER_USER = 4
@@ -205,6 +206,27 @@ def row_scenario(
         raw = apply_overrides(raw, overrides, source)
         source = f"{source} (with --set)"
     return LoadedScenario(scenario_from_mapping(raw, source), source, csv_path.resolve().parent)
+
+
+def batch_kv_note(row: Measurement, loaded: LoadedScenario, profiles: RowProfiles) -> str | None:
+    """A note for a batch row whose whole batch does not fit the replicas' KV cache at its longest
+    (every sequence at prompt + output tokens): the model then runs it in more than one wave, where a
+    static-batch benchmark that sized its cache for the batch ran it in one. None when it fits."""
+    if row.load_kind != "batch":
+        return None
+    plan = plan_run(loaded, PinnedCatalogue(Catalogue.builtin().root, pinned=profiles))
+    held = sum(g.num_kv_blocks * plan.scenario.kv.block_size_tokens * g.count for g in plan.groups)
+    count = int(row.load)
+    needed = count * (row.prompt_tokens + row.output_tokens)
+    if needed <= held:
+        return None
+    fraction = plan.scenario.kv.gpu_memory_frac
+    at = f" at gpu_memory_frac {fraction:g}" if fraction is not None else ""
+    return (
+        f"{loaded.source}: a batch of {count:,} needs up to {needed:,} tokens of KV cache and the simulated "
+        f"replicas hold {held:,}{at}, so the model runs it in more than one wave; "
+        "if the benchmark held the whole batch at once, give it the memory it used (--set kv.gpu_memory_frac=...)"
+    )
 
 
 def predict(loaded: LoadedScenario, profiles: RowProfiles, scratch_dir: Path) -> Prediction:

@@ -3,6 +3,7 @@ parity figure draws."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from PIL import Image
 from clustersim.analysis.calibration_parity import ParitySeries, write_calibration_parity
 from clustersim.calibration.fit import Calibration, Setup
 from clustersim.calibration.measurements import Measurement
-from clustersim.calibration.report import fitted_pairs, format_scores, pearson_r
+from clustersim.calibration.report import fitted_pairs, format_report, format_scores, pearson_r
 from clustersim.calibration.simulate import Prediction
 from clustersim.config.catalogue import Catalogue
 
@@ -81,3 +82,12 @@ def test_parity_figure_is_a_png(tmp_path: Path) -> None:
         assert image.format == "PNG" and image.size[0] > image.size[1] > 300
     empty = write_calibration_parity([ParitySeries("ITL ms", (), (), ())], tmp_path / "empty.png")
     assert empty.stat().st_size > 0
+
+
+def test_the_report_ends_with_notes_on_rows_the_model_cannot_run_as_measured_and_has_none_without_them() -> None:
+    calibration = calibration_of([{"ttft_s": 0.010}], [{"ttft_s": 0.011}], train=(0,))
+    assert "notes:" not in format_report(calibration, "title")
+    noted = dataclasses.replace(
+        calibration, setup=dataclasses.replace(calibration.setup, notes=("data.csv:2: a batch",))
+    )
+    assert format_report(noted, "title").endswith("\n\nnotes:\n- data.csv:2: a batch")

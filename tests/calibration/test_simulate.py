@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from clustersim.calibration.measurements import Measurement
-from clustersim.calibration.simulate import RowProfiles, arrival_times_s, predict, row_mapping, row_scenario
+from clustersim.calibration.simulate import (
+    RowProfiles,
+    arrival_times_s,
+    batch_kv_note,
+    predict,
+    row_mapping,
+    row_scenario,
+)
 from clustersim.config.catalogue import Catalogue
 from clustersim.errors import ClusterSimError, ConfigError
 
@@ -162,3 +169,19 @@ def test_a_replayed_row_runs_and_predicts_tails_too(tmp_path: Path) -> None:
     assert set(figures) == {"ttft_s", "itl_s", "output_tokens_per_s", "ttft_p99_s", "itl_p99_s"}
     assert figures["ttft_p99_s"] is not None and figures["ttft_s"] is not None
     assert figures["ttft_p99_s"] >= figures["ttft_s"] > 0
+
+
+def test_a_batch_the_kv_cache_cannot_hold_whole_is_noted_with_what_it_needs_and_what_is_held(tmp_path: Path) -> None:
+    csv = tmp_path / "data.csv"
+    big = row("batch", 60, prompt=128, output=2048, hardware="A100-80GB", model="Llama-2-7B")
+    loaded = row_scenario(big, "trtllm", csv)
+    note = batch_kv_note(big, loaded, profiles_of(big, "trtllm"))
+    assert note is not None and note.startswith(f"{csv}:7: a batch of 60 needs up to 130,560 tokens of KV cache")
+    held = int(note.split("replicas hold ")[1].split(" ")[0].replace(",", ""))
+    assert 100_000 < held < 130_560 and "gpu_memory_frac 0.9" in note  # Llama-2-7B: 0.5 MB per token
+    roomy = row_scenario(big, "trtllm", csv, ["kv.gpu_memory_frac=0.99"])  # the memory the benchmark used
+    assert batch_kv_note(big, roomy, profiles_of(big, "trtllm")) is None
+    small = row("batch", 8, prompt=128, output=2048, hardware="A100-80GB", model="Llama-2-7B")
+    assert batch_kv_note(small, row_scenario(small, "trtllm", csv), profiles_of(small, "trtllm")) is None
+    rate = row("rate_per_s", 60.0, prompt=128, output=2048, hardware="A100-80GB", model="Llama-2-7B")
+    assert batch_kv_note(rate, row_scenario(rate, "trtllm", csv), profiles_of(rate, "trtllm")) is None  # batches only

@@ -87,9 +87,21 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
     rows.append(dataclasses.replace(BASE, row_id="a-tp2", publisher="a", tp=2, num_gpus=2, load_kind="rate", load=1.0))
     params = parameters(fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE))
     assert [p.label for p in params] == [
-        "all.compute.ampere", "all.compute.hopper", "all.latency.ampere", "all.latency.hopper",
-        "all.memory.ampere", "all.memory.hopper", "vllm-v1.comm", "vllm-v1.comm_latency", "vllm-v1.compute", "vllm-v1.compute.ampere",
-        "vllm-v1.compute.hopper", "vllm-v1.eager", "vllm-v1.memory", "vllm-v1.memory.ampere", "vllm-v1.memory.hopper",
+        "all.compute.ampere",
+        "all.compute.hopper",
+        "all.latency.ampere",
+        "all.latency.hopper",
+        "all.memory.ampere",
+        "all.memory.hopper",
+        "vllm-v1.comm",
+        "vllm-v1.comm_latency",
+        "vllm-v1.compute",
+        "vllm-v1.compute.ampere",
+        "vllm-v1.compute.hopper",
+        "vllm-v1.eager",
+        "vllm-v1.memory",
+        "vllm-v1.memory.ampere",
+        "vllm-v1.memory.hopper",
     ]  # fmt: skip  (no vllm-v1.frontend: its cited ceiling leaves a fit nothing to add, next test)
     weights = {p.label: prior_weight(p) for p in params}
     assert weights["vllm-v1.compute.hopper"] == INTERACTION_PRIOR_WEIGHT > PRIOR_WEIGHT == weights["all.compute.hopper"]
@@ -98,7 +110,10 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
 
 def test_a_front_end_is_fitted_only_within_the_room_its_measured_ceiling_leaves():
     served = dataclasses.replace(BASE, row_id="a-rate", publisher="a", load_kind="rate", load=1.0)
-    rows = [served, dataclasses.replace(served, row_id="b-rate", publisher="b", engine="sglang", engine_version="0.5.6")]
+    rows = [
+        served,
+        dataclasses.replace(served, row_id="b-rate", publisher="b", engine="sglang", engine_version="0.5.6"),
+    ]
     frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
     assert CATALOGUE.engine("vllm-v1").frontend_fitted_max_per_request_s.value == 0.0
     assert CATALOGUE.engine("sglang").frontend_fitted_max_per_request_s is None
