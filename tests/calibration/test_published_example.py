@@ -80,17 +80,21 @@ def test_every_row_is_what_its_cited_source_says() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("fields", "bound_pct"), [(DEFAULT_ENGINE_FIELDS, 15.0), ((*DEFAULT_ENGINE_FIELDS, *GPU_FIELDS), 10.0)]
+    ("fields", "gain_pct"), [(DEFAULT_ENGINE_FIELDS, -1.0), ((*DEFAULT_ENGINE_FIELDS, *GPU_FIELDS), 2.0)]
 )
-def test_a_third_of_the_rows_predicts_the_rest(tmp_path: Path, fields: tuple[str, ...], bound_pct: float) -> None:
-    """As docs/validation.md (blocks calibrate and calibrate-gpu): fit on a seeded third, score the rest."""
+def test_a_third_of_the_rows_predicts_the_rest(tmp_path: Path, fields: tuple[str, ...], gain_pct: float) -> None:
+    """As docs/validation.md (blocks calibrate and calibrate-gpu): fit on a seeded third, score the rest.
+    Host times are not what these rows miss, so fitting them leaves the held-out error where the base
+    profile has it (within a point); fitting the GPUs' efficiencies too lowers it."""
     data = read_measurements(EXAMPLE)
     train = choose_training_rows(len(data.rows), None, 0.33, 0)
     engine = Catalogue.builtin().engine("trtllm")
     overrides = ["scheduler.policy=static", "cluster.frontend=false", "kv.gpu_memory_frac=0.99"]  # as the docs' command
     setup = prepare(data, engine, fields, train, overrides)
     assert setup.notes == ()  # every batch held whole, as gptSessionBenchmark held it
-    held_out = scores(calibrate(setup, train, tmp_path))["held out"]
-    assert held_out.count() == 8
-    mape = held_out.mape()
-    assert mape is not None and mape <= bound_pct
+    table = scores(calibrate(setup, train, tmp_path))
+    held_out, base = table["held out"], table["base (test rows)"]
+    assert held_out.count() == base.count() == 8
+    fitted_mape, base_mape = held_out.mape(), base.mape()
+    assert fitted_mape is not None and base_mape is not None
+    assert fitted_mape <= base_mape - gain_pct, (fitted_mape, base_mape)
