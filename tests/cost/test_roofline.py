@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.profiles import engine_scales
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
 from clustersim.cost.roofline import (
@@ -408,7 +409,10 @@ def test_decode_step_shape_matches_step_price(case, tensor_parallel, num_seqs, c
 def test_eager_launches_add_only_what_the_kernels_do_not_cover():
     catalogue = Catalogue.builtin()
     shape = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))  # MLA in 61 layers, MoE in 58
-    sglang = GpuSpec.from_profiles(catalogue.hardware("H200"), catalogue.engine("sglang"))
+    # the measured launches alone, without the corpus fit's scales (its eager scale for SGLang, 1.5, is set by
+    # one-client rows whose extra cost is not named yet: docs/validation.md)
+    measured = catalogue.engine("sglang").model_copy(update={"efficiency": None})
+    sglang = GpuSpec.from_profiles(catalogue.hardware("H200"), measured)
     no_launches = replace(sglang.engine, launch_overhead_per_layer_eager_s=0.0, launch_overhead_per_kernel_eager_s=0.0)
     without = replace(sglang, engine=no_launches)
     layer_s, kernel_s = (
@@ -416,6 +420,9 @@ def test_eager_launches_add_only_what_the_kernels_do_not_cover():
         sglang.engine.launch_overhead_per_kernel_eager_s,
     )
     assert (layer_s, kernel_s) == (pytest.approx(483e-6), pytest.approx(39e-6))  # measured (validation/kernels/host)
+    fitted = GpuSpec.from_profiles(catalogue.hardware("H200"), catalogue.engine("sglang")).engine
+    scale = engine_scales(catalogue.engine("sglang"), "hopper").eager_launch_scale
+    assert scale is not None and fitted.launch_overhead_per_layer_eager_s == pytest.approx(483e-6 * scale.value)
 
     def extra_s(batch: StepBatch, model: ModelShape = shape) -> float:
         return RooflineCostModel(model, sglang, 8).step_duration_s(batch) - RooflineCostModel(
@@ -433,8 +440,9 @@ def test_eager_launches_add_only_what_the_kernels_do_not_cover():
     assert extra_s(one_token) == pytest.approx(launches_s - kernels_s(one_token), rel=1e-9)
     # a one-token prefill is all launches: sglang PR #12160 logged 82.6 ms for it, 8% more than measured here
     assert RooflineCostModel(shape, sglang, 8).step_duration_s(one_token) == pytest.approx(82.64e-3, rel=0.1)
-    assert extra_s(StepBatch(prefill_new_tokens=(32_000,), prefill_context_tokens=(0,))) == 0.0  # the kernels cover it
-    assert extra_s(StepBatch(num_decode_seqs=8, decode_context_tokens=8000)) == 0.0  # a graphed decode
+    big = StepBatch(prefill_new_tokens=(32_000,), prefill_context_tokens=(0,))
+    assert extra_s(big) == pytest.approx(0.0, abs=1e-12)  # the kernels cover it (to rounding)
+    assert extra_s(StepBatch(num_decode_seqs=8, decode_context_tokens=8000)) == pytest.approx(0.0, abs=1e-12)  # graphed
     # a dense model launches its layers alone; an MoE model without MLA adds its MoE layers' kernels
     dense = ModelShape.from_profile(catalogue.model("Llama-3.1-70B"))
     assert extra_s(one_token, dense) == pytest.approx(80 * layer_s - kernels_s(one_token, dense), rel=1e-9)
