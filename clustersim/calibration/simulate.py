@@ -217,7 +217,8 @@ def batch_kv_note(row: Measurement, loaded: LoadedScenario, profiles: RowProfile
     plan = plan_run(loaded, PinnedCatalogue(Catalogue.builtin().root, pinned=profiles))
     held = sum(g.num_kv_blocks * plan.scenario.kv.block_size_tokens * g.count for g in plan.groups)
     count = int(row.load)
-    needed = count * (row.prompt_tokens + row.output_tokens)
+    given = row.requests  # a replayed batch: its own lengths
+    needed = sum(r[1] + r[2] for r in given) if given else count * (row.prompt_tokens + row.output_tokens)
     if needed <= held:
         return None
     fraction = plan.scenario.kv.gpu_memory_frac
