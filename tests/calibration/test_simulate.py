@@ -185,4 +185,3 @@ def test_a_batch_the_kv_cache_cannot_hold_whole_is_noted_with_what_it_needs_and_
     assert batch_kv_note(small, row_scenario(small, "trtllm", csv), profiles_of(small, "trtllm")) is None
     rate = row("rate_per_s", 60.0, prompt=128, output=2048, hardware="A100-80GB", model="Llama-2-7B")
     assert batch_kv_note(rate, row_scenario(rate, "trtllm", csv), profiles_of(rate, "trtllm")) is None  # batches only
-
