@@ -15,6 +15,7 @@ from clustersim.validation.rowscenario import (
     num_requests,
     resolve_model,
     row_scenario,
+    stratified_uniform,
     with_rate_factor,
 )
 
@@ -181,8 +182,31 @@ def test_datasets_draw_lengths_with_the_published_means():
     prompt = mapping["workload"]["tenants"][0]["prompt_tokens"]
     assert prompt["kind"] == "lognormal" and prompt["sigma"] == 1.1
     assert prompt["median_tokens"] == round(220 / 1.8312)  # mean = median x exp(sigma^2 / 2)
-    uniform = build(dataset="random-uniform", prompt_tokens=500, output_tokens=100).mapping
-    assert uniform["workload"]["tenants"][0]["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 999}
+    many = build(dataset="random-uniform", prompt_tokens=500, output_tokens=100, num_requests=5000).mapping
+    assert many["workload"]["tenants"][0]["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 999}
+
+
+def test_a_short_run_of_uniform_lengths_has_the_published_mean_and_median():
+    tenant = build(dataset="random-uniform", prompt_tokens=4194, output_tokens=422, num_requests=10).mapping
+    prompts, outputs = (
+        tenant["workload"]["tenants"][0]["prompt_tokens"],
+        tenant["workload"]["tenants"][0]["output_tokens"],
+    )
+    assert prompts["kind"] == outputs["kind"] == "empirical" and prompts["order"] == "sequence"
+    values = prompts["values"]
+    assert len(values) == 10 and min(values) >= 1 and max(values) <= 8387
+    assert sum(values) / 10 == pytest.approx(4194, abs=1) and sum(outputs["values"]) / 10 == pytest.approx(422, abs=1)
+    assert sorted(values) == [1 + (8387 * (2 * i + 1)) // 20 for i in range(10)]  # one per tenth of the range
+    assert values != sorted(values) and prompts != outputs  # shuffled, the two independently
+    again = build(dataset="random-uniform", prompt_tokens=4194, output_tokens=422, num_requests=10).mapping
+    assert again == tenant  # the same order every time
+
+
+def test_stratified_lengths_keep_the_mean_of_any_range():
+    for low, high, num in [(1, 2, 7), (17000, 23000, 2000), (1, 999, 3), (5, 5, 4)]:
+        values = stratified_uniform(low, high, num, 0)
+        assert len(values) == num and low <= min(values) and max(values) <= high
+        assert sum(values) / num == pytest.approx((low + high) / 2, abs=0.5)
 
 
 def test_a_range_ratio_draws_lengths_within_it_of_the_nominal_ones():
@@ -190,9 +214,11 @@ def test_a_range_ratio_draws_lengths_within_it_of_the_nominal_ones():
         return build(dataset=dataset, prompt_tokens=prompt, output_tokens=output).mapping["workload"]["tenants"][0]
 
     ranged = tenant("random-range-0.15", 20000, 2000)
-    assert ranged["prompt_tokens"] == {"kind": "uniform", "min_tokens": 17000, "max_tokens": 23000}
-    assert ranged["output_tokens"] == {"kind": "uniform", "min_tokens": 1700, "max_tokens": 2300}
-    assert tenant("random-range-1", 10, 1)["prompt_tokens"] == {"kind": "uniform", "min_tokens": 1, "max_tokens": 20}
+    prompts, outputs = ranged["prompt_tokens"]["values"], ranged["output_tokens"]["values"]  # 80 requests
+    assert 17000 <= min(prompts) < 17000 + 6001 / 80 and 23000 - 6001 / 80 < max(prompts) <= 23000
+    assert 1700 <= min(outputs) < 1700 + 601 / 80 and 2300 - 601 / 80 < max(outputs) <= 2300
+    assert sum(prompts) / 80 == pytest.approx(20000, abs=0.5) and sum(outputs) / 80 == pytest.approx(2000, abs=0.5)
+    assert max(tenant("random-range-1", 10, 1)["prompt_tokens"]["values"]) == 20
 
 
 def test_repeated_prompts_keep_only_the_throughputs():
