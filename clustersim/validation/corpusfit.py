@@ -425,7 +425,9 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         on_step: Callable[[int, float], None] | None = None, jacobian_every: int = 1) -> FitOutcome:  # fmt: skip
     """Fit the ``active`` parameters from ``x0`` (the others stay), taking the Jacobian afresh at every
     ``jacobian_every``-th accepted step and reusing the last one in between (each costs a run of every
-    row per engine-and-family product it touches, the steps one run of every row).
+    row per engine-and-family product it touches, the steps one run of every row). Capped at one
+    evaluation it evaluates its start and stops there: an earlier fit re-scored on rows whose scenarios
+    changed, without the Jacobian a step would need.
 
     The solver works on the offsets from ``x0``: its first trust region is then one log unit (stretched
     by the square root of each offset's distance to its bound) wherever the fit starts, where on the
@@ -434,6 +436,11 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
     step as long as everything fitted so far and spend its first evaluations on rejected steps."""
     x = x0.copy()
     start = x0[list(active)].copy()
+    if max_iterations <= 1:  # one evaluation is the start's: no step to take, so no Jacobian to take either
+        vector = _vector(ev, x.copy(), active)
+        if on_step is not None:
+            on_step(ev.num_runs, float(np.sum(np.abs(vector))))
+        return FitOutcome(x, 1, False)
     calls = 0
     last: list[NDArray[np.float64]] = []
 

@@ -286,10 +286,18 @@ def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_op
         assert fitted[r.row.row_id]["output_tok_per_s"] == pytest.approx(r.row.metrics["output_tok_per_s"], rel=0.05)
 
 
-def test_a_fit_at_its_cap_says_it_did_not_converge():
+def test_a_fit_at_its_cap_says_it_did_not_converge(monkeypatch):
     frows, params = _closed_form_rows(np.full(32, -0.3))
-    outcome = corpusfit.fit(_ClosedForm(frows, params), np.zeros(len(params)), list(range(len(params))), 1)  # type: ignore[arg-type]
-    assert not outcome.converged and outcome.evaluations == 1
+    ev = _ClosedForm(frows, params)
+    outcome = corpusfit.fit(ev, np.zeros(len(params)), list(range(len(params))), 2)  # type: ignore[arg-type]
+    assert not outcome.converged and outcome.evaluations == 2
+    monkeypatch.setattr(corpusfit, "_jacobian", lambda *args: pytest.fail("a one-evaluation fit took a Jacobian"))
+    seen = []
+    ev.num_runs = 7  # type: ignore[attr-defined]
+    x0 = np.full(len(params), 0.25)
+    once = corpusfit.fit(ev, x0, list(range(len(params))), 1, lambda runs, cost: seen.append(cost))  # type: ignore[arg-type]
+    assert not once.converged and once.evaluations == 1 and np.array_equal(once.x, x0)  # its start, re-scored
+    assert seen == [pytest.approx(float(np.sum(np.abs(corpusfit._vector(ev, x0, list(range(len(params))))))))]
 
 
 def test_a_fold_restarts_what_its_left_out_rows_touch_from_an_earlier_fold_never_from_the_all_rows_fit():
