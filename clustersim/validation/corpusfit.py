@@ -441,7 +441,7 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         if on_step is not None:
             on_step(ev.num_runs, float(np.sum(np.abs(vector))))
         return FitOutcome(x, 1, False)
-    calls = 0
+    calls = evaluations = 0
     last: list[NDArray[np.float64]] = []
 
     def full(offset: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -449,6 +449,8 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         return x.copy()
 
     def fun(sub: NDArray[np.float64]) -> NDArray[np.float64]:
+        nonlocal evaluations
+        evaluations += 1
         vector = _vector(ev, full(sub), active)
         if on_step is not None:
             on_step(ev.num_runs, float(np.sum(np.abs(vector))))
@@ -456,7 +458,10 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
 
     def jacobian(sub: NDArray[np.float64]) -> NDArray[np.float64]:
         nonlocal calls
-        if not last or calls % jacobian_every == 0:
+        # asked for after the last evaluation the cap allows, a Jacobian is never used (the solver stops
+        # before its next step): the previous one stands in for it
+        spent = bool(last) and evaluations >= max_iterations
+        if not spent and (not last or calls % jacobian_every == 0):
             last[:] = [_jacobian(ev, full(sub), active)]
         calls += 1
         return last[0]

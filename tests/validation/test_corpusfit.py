@@ -289,8 +289,16 @@ def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_op
 def test_a_fit_at_its_cap_says_it_did_not_converge(monkeypatch):
     frows, params = _closed_form_rows(np.full(32, -0.3))
     ev = _ClosedForm(frows, params)
+    taken = []
+
+    def counted(*args):
+        taken.append(1)
+        return _jacobian(*args)
+
+    monkeypatch.setattr(corpusfit, "_jacobian", counted)
     outcome = corpusfit.fit(ev, np.zeros(len(params)), list(range(len(params))), 2)  # type: ignore[arg-type]
     assert not outcome.converged and outcome.evaluations == 2
+    assert len(taken) == 1  # at the start; the one after its last evaluation would never be used
     monkeypatch.setattr(corpusfit, "_jacobian", lambda *args: pytest.fail("a one-evaluation fit took a Jacobian"))
     seen = []
     ev.num_runs = 7  # type: ignore[attr-defined]
