@@ -81,6 +81,13 @@ REQUIRED = ("id", "publisher", "source_url", "engine", "gpu", "model", "load_kin
 # [L(1-R), L(1+R)] (vllm/benchmarks/datasets.py, RandomDataset.sample: input_low / input_high from the ratio)
 RANGE_PREFIX = "random-range-"
 RANGE_DATASET = re.compile(r"random-range-(0(?:\.\d+)?|1(?:\.0+)?)$")
+# ``sglang-random-IN-OUT``: sglang.bench_serving --dataset-name random --random-input-len IN
+# --random-output-len OUT at its defaults (--seed 1, --random-range-ratio 0): numpy's global generator,
+# seeded with 1, draws every prompt length uniform on [1, IN], then every output length uniform on
+# [1, OUT]; ``-from0``: a release that draws outputs on [0, OUT] (python/sglang/bench_serving.py,
+# sample_random_requests). The lengths of every request are then known, in the order sent.
+SGLANG_RANDOM_PREFIX = "sglang-random-"
+SGLANG_RANDOM_DATASET = re.compile(r"sglang-random-([1-9]\d*)-([1-9]\d*)(-from0)?$")
 # what a row's deployment did beyond its columns (``features``, separated by ``;``)
 FEATURES = {
     "dp_attention": "attention data-parallel across the GPUs (SGLang/TRT-LLM DP attention) beside TP or EP MoE",
@@ -245,6 +252,10 @@ def _dataset(text: str, where: str) -> str:
     name = text.lower()
     if name.startswith(RANGE_PREFIX) and not RANGE_DATASET.match(name):
         raise ConfigError(where, "dataset", f"{shown_value(text)}: write {RANGE_PREFIX}R with R in [0, 1]")
+    if name.startswith(SGLANG_RANDOM_PREFIX) and not SGLANG_RANDOM_DATASET.match(name):
+        raise ConfigError(
+            where, "dataset", f"{shown_value(text)}: write {SGLANG_RANDOM_PREFIX}IN-OUT or ...-IN-OUT-from0"
+        )
     return name
 
 

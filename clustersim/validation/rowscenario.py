@@ -35,7 +35,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import HardwareProfile, ModelProfile, release_numbers
 from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
-from clustersim.validation.corpus import RANGE_DATASET, CorpusRow
+from clustersim.validation.corpus import RANGE_DATASET, SGLANG_RANDOM_DATASET, CorpusRow
 
 ALL_AT_ONCE_RATE_PER_S = 1.0e6  # "infinite" rate: N requests queued within N microseconds
 DEFAULT_NUM_REQUESTS = {"offline": 1000, "batch": 0, "concurrency": 1000, "rate": 1000}
@@ -53,6 +53,8 @@ SEED = 0
 # uniform lengths of a run of at most this many requests are spread evenly over their range (stratified)
 # rather than drawn; beyond it independent draws miss the mean by under 1.3% (one standard deviation)
 MAX_STRATIFIED_REQUESTS = 2000
+SGLANG_BENCH_SEED = 1  # sglang.bench_serving --seed, default
+MEAN_LENGTH_TOLERANCE = 0.01  # published mean lengths are rounded to hundredths of a token
 
 # engine (as the corpus names it) -> (engine profile, oldest version it models)
 ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -236,11 +238,50 @@ def _uniform(low: int, high: int, num: int, stream: int) -> dict[str, Any]:
     return {"kind": "empirical", "values": stratified_uniform(low, high, num, stream), "order": "sequence"}
 
 
+def sglang_random_lengths(
+    prompt_len: int, output_len: int, num: int, outputs_from_zero: bool
+) -> tuple[list[int], list[int]]:
+    """The prompt and output lengths ``sglang.bench_serving --dataset-name random`` draws for ``num``
+    requests at its defaults, in the order it sends them: numpy's global generator seeded with ``--seed 1``
+    draws every prompt length uniform on ``[1, prompt_len]``, then every output length uniform on
+    ``[1, output_len]`` (``[0, output_len]`` in releases that do not clip the low end at 1)
+    (``sample_random_requests`` in sgl-project/sglang ``python/sglang/bench_serving.py``)."""
+    draw = np.random.RandomState(SGLANG_BENCH_SEED)
+    prompts = draw.randint(1, prompt_len + 1, size=num)
+    outputs = draw.randint(0 if outputs_from_zero else 1, output_len + 1, size=num)
+    return [int(v) for v in prompts], [int(v) for v in outputs]
+
+
+def _sglang_random(
+    row: CorpusRow, match: re.Match[str], num: int
+) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """The lengths of a ``sglang-random-IN-OUT`` row, replayed in the order sent, or why not: the draws must
+    give the published mean lengths (bench_serving's own totals), else the row did not run them."""
+    prompts, outputs = sglang_random_lengths(int(match.group(1)), int(match.group(2)), num, bool(match.group(3)))
+    for name, drawn, published in (("prompt", prompts, row.prompt_tokens), ("output", outputs, row.output_tokens)):
+        mean = sum(drawn) / num
+        if published is not None and abs(mean - published) > MEAN_LENGTH_TOLERANCE:
+            drew = f"{row.dataset} draws a mean {name} of {mean:.2f} tokens over {num} requests"
+            return None, None, f"{drew}, not the published {published:g}"
+    zeros = outputs.count(0)
+    assumption = "sglang.bench_serving's seeded lengths, in the order sent"
+    if zeros:
+        assumption += f" ({zeros} output length(s) of 0 run as 1)"
+    lengths = {
+        "prompt_tokens": {"kind": "empirical", "values": prompts, "order": "sequence"},
+        "output_tokens": {"kind": "empirical", "values": [max(1, v) for v in outputs], "order": "sequence"},
+    }
+    return lengths, assumption, None
+
+
 def _lengths(row: CorpusRow, num: int) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """The tenant's length distributions for a run of ``num`` requests, an assumption made (or None) and a
     skip reason (or None)."""
     if row.prompt_tokens is None or row.output_tokens is None:
         return None, None, "mean prompt and output lengths are not published"
+    seeded = SGLANG_RANDOM_DATASET.match(row.dataset)
+    if seeded:
+        return _sglang_random(row, seeded, num)
     prompt, output = max(1, round(row.prompt_tokens)), max(1, round(row.output_tokens))
     ranged = RANGE_DATASET.match(row.dataset)
     if ranged:

@@ -97,6 +97,10 @@ def test_a_good_file_loads(tmp_path):
             "lab.csv:3: dataset: 'random-range-1.5': write random-range-R with R in [0, 1]",
         ),
         (
+            {"dataset": "sglang-random-8000"},
+            "lab.csv:3: dataset: 'sglang-random-8000': write sglang-random-IN-OUT or ...-IN-OUT-from0",
+        ),
+        (
             {"weight_precision": "fp6"},
             "lab.csv:3: weight_precision: 'fp6' is not one of bf16, fp16, fp8, fp4, int4, int8",
         ),

@@ -15,6 +15,7 @@ from clustersim.validation.rowscenario import (
     num_requests,
     resolve_model,
     row_scenario,
+    sglang_random_lengths,
     stratified_uniform,
     with_rate_factor,
 )
@@ -250,3 +251,31 @@ def test_a_dataset_of_published_prompt_lengths_draws_from_them():
     # sent in the publisher's request order (vllm_c*_run1.csv by request_id): 3,089 x 3, then 785 x 2, ...
     assert tenant["prompt_tokens"]["order"] == "sequence"
     assert values[:6] == [3089, 3089, 3089, 785, 785, 3089] and len(values) == 200
+
+
+def test_sglang_bench_serving_random_rows_replay_its_seeded_lengths_in_order():
+    # the SGLang cookbook's one-client chat run: bench_serving printed 6,101 input and 4,220 output tokens
+    prompts, outputs = sglang_random_lengths(1000, 1000, 10, outputs_from_zero=False)
+    assert sum(prompts) == 6101 and sum(outputs) == 4220
+    assert sglang_random_lengths(1000, 1000, 80, False)[0][:10] == prompts  # more requests: the same first ten
+    assert sum(sglang_random_lengths(1000, 1000, 10, outputs_from_zero=True)[1]) == 4210  # a release drawing from 0
+    row = dict(dataset="sglang-random-8000-1000", prompt_tokens=4194.1, output_tokens=422.0, num_requests=10)
+    built = build(**row)
+    tenant = built.mapping["workload"]["tenants"][0]
+    assert tenant["prompt_tokens"] == {"kind": "empirical", "values": sglang_random_lengths(8000, 1000, 10, False)[0],
+                                       "order": "sequence"}  # fmt: skip
+    assert sum(tenant["output_tokens"]["values"]) == 4220 and any("seeded" in a for a in built.assumptions)
+    mismatch = build(**{**row, "prompt_tokens": 4000.0})
+    assert mismatch.mapping is None
+    assert mismatch.skip_reason == (
+        "sglang-random-8000-1000 draws a mean prompt of 4194.10 tokens over 10 requests, not the published 4000"
+    )
+
+
+def test_an_output_length_of_zero_drawn_by_sglang_runs_as_one():
+    prompts, outputs = sglang_random_lengths(1000, 1000, 500, outputs_from_zero=True)
+    assert outputs.count(0) == 1
+    built = build(dataset="sglang-random-1000-1000-from0", prompt_tokens=sum(prompts) / 500,
+                  output_tokens=sum(outputs) / 500, num_requests=500)  # fmt: skip
+    assert min(built.mapping["workload"]["tenants"][0]["output_tokens"]["values"]) == 1
+    assert any("1 output length(s) of 0 run as 1" in a for a in built.assumptions)
