@@ -9,7 +9,8 @@ import pytest
 
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation.corpus import CorpusRow, load_corpus
-from clustersim.validation.feasibility import first_wave_floor_s, infeasible_ttft
+from clustersim.validation.feasibility import first_wave_floor_s, infeasible_ttft, known_wave_floor_s
+from clustersim.validation.rowscenario import sglang_random_lengths
 
 CATALOGUE = Catalogue.builtin()
 CORPUS = Path(__file__).resolve().parents[2] / "validation" / "corpus"
@@ -42,3 +43,19 @@ def test_every_corpus_row_is_feasible_or_marked_cached():
         pytest.skip(f"no corpus at {CORPUS}")
     refused = {row.row_id: why for row in load_corpus(CORPUS) if (why := infeasible_ttft(row, CATALOGUE))}
     assert refused == {}
+
+
+def test_known_prompt_lengths_give_an_exact_floor_for_the_p99():
+    row = dataclasses.replace(ROW, dataset="sglang-random-8000-1000", load=16, num_requests=80,
+                              metrics={"ttft_p99_ms": 2600.0})  # fmt: skip
+    wave = sorted(sglang_random_lengths(8000, 1000, 80, False)[0][:16])
+    floor_s, counted = known_wave_floor_s(row, CATALOGUE)
+    # numpy's p99 of 80 values is at least the second largest, which waits for the 15 shortest of the wave
+    assert counted == 15 and floor_s == pytest.approx(sum(wave[:15]) * 2 * 68.5e9 / (8 * 312e12), rel=0.01)
+    assert "the 15 shortest prompts of its first wave need 3.2" in infeasible_ttft(row, CATALOGUE)
+    assert infeasible_ttft(dataclasses.replace(row, metrics={"ttft_p99_ms": 3300.0}), CATALOGUE) is None
+    # 500 requests: the p99 is the sixth largest, which the 16-prompt wave bounds by its 11 shortest
+    many = dataclasses.replace(row, num_requests=500)
+    assert known_wave_floor_s(many, CATALOGUE)[1] == 11
+    # a wave smaller than the ranks above the p99 bounds nothing
+    assert known_wave_floor_s(dataclasses.replace(row, load=4, num_requests=2000), CATALOGUE) is None
