@@ -260,16 +260,22 @@ def _closed_form_rows(truth: np.ndarray):
     return frows, params
 
 
-def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_optimum(monkeypatch):
-    frows, params = _closed_form_rows(np.full(32, -0.1))
-    ev = _ClosedForm(frows, params)
-    taken = []
+def _count_jacobians(monkeypatch) -> list[int]:
+    """A list that grows by one each time a fit takes a Jacobian."""
+    taken: list[int] = []
 
     def counted(*args):
         taken.append(1)
         return _jacobian(*args)
 
     monkeypatch.setattr(corpusfit, "_jacobian", counted)
+    return taken
+
+
+def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_optimum(monkeypatch):
+    frows, params = _closed_form_rows(np.full(32, -0.1))
+    ev = _ClosedForm(frows, params)
+    taken = _count_jacobians(monkeypatch)
     active = list(range(len(params)))
     every_step = corpusfit.fit(ev, np.zeros(len(params)), active, 40)  # type: ignore[arg-type]
     jacobians_every_step = len(taken)
@@ -289,13 +295,7 @@ def test_a_fit_stops_when_converged_and_reusing_its_jacobian_reaches_the_same_op
 def test_a_fit_at_its_cap_says_it_did_not_converge(monkeypatch):
     frows, params = _closed_form_rows(np.full(32, -0.3))
     ev = _ClosedForm(frows, params)
-    taken = []
-
-    def counted(*args):
-        taken.append(1)
-        return _jacobian(*args)
-
-    monkeypatch.setattr(corpusfit, "_jacobian", counted)
+    taken = _count_jacobians(monkeypatch)
     outcome = corpusfit.fit(ev, np.zeros(len(params)), list(range(len(params))), 2)  # type: ignore[arg-type]
     assert not outcome.converged and outcome.evaluations == 2
     assert len(taken) == 1  # at the start; the one after its last evaluation would never be used
