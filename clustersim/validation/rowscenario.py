@@ -12,9 +12,11 @@ The scenario is the benchmark the row describes (:mod:`clustersim.validation.cor
 
 Lengths are fixed for synthetic (``random``) rows, and uniform within ``R`` of them for
 ``random-range-R`` rows (``vllm bench serve --random-range-ratio R``), spread evenly over that range in a
-shuffled order (:func:`stratified_uniform`: the published mean is the run's); a named dataset with published
-mean lengths draws from a lognormal shape with those means (:data:`DATASET_SHAPES`). The engine profile brings
-its scheduler defaults, unless the row states ``max_num_seqs`` or ``max_num_batched_tokens``.
+shuffled order (:func:`stratified_uniform`: the published mean is the run's); ``sglang-random-IN-OUT`` rows
+replay the lengths ``sglang.bench_serving`` drew, in its order (:func:`sglang_random_lengths`); a named
+dataset with published mean lengths draws from a lognormal shape with those means (:data:`DATASET_SHAPES`).
+The engine profile brings its scheduler defaults, unless the row states ``max_num_seqs`` or
+``max_num_batched_tokens``.
 Requests served over HTTP (``concurrency`` and ``rate``) pass the engine's front end; offline ones
 (the engine's Python or C++ API) do not. Served over several data-parallel replicas, they are spread by
 the rule the row states (``dispatch=<rule>``: its harness's published rule, or the engine's own where one
