@@ -88,12 +88,16 @@ def corpus_summary(outcomes: Sequence[RowOutcome]) -> str:
     def names(values: Iterable[str]) -> str:
         return ", ".join(sorted(set(values)))
 
-    return (
+    head = (
         f"{len(outcomes)} rows from {len({o.row.publisher for o in outcomes})} publishers "
         f"({names(o.row.publisher for o in outcomes)}); {counts['simulated']} simulated, "
-        f"{counts['skipped']} not simulated, {counts['failed']} failed. Simulated: engines "
-        f"{names(ENGINE_NAMES.get(r.engine, r.engine) for r in simulated)}; GPUs {names(r.gpu for r in simulated)}; "
-        f"{len({r.model for r in simulated})} models."
+        f"{counts['skipped']} not simulated, {counts['failed']} failed."
+    )
+    if not simulated:
+        return head
+    return (
+        f"{head} Simulated: engines {names(ENGINE_NAMES.get(r.engine, r.engine) for r in simulated)}; "
+        f"GPUs {names(r.gpu for r in simulated)}; {len({r.model for r in simulated})} models."
     )
 
 

@@ -143,3 +143,13 @@ def test_a_fit_started_from_an_earlier_one_starts_where_it_ended(tmp_path, monke
     assert again.exit_code == 0, again.output
     line = next(x for x in again.output.splitlines() if x.startswith("| vLLM | throughput |"))
     assert line.split("|")[4].strip() == f"{sum(first_errors) / len(first_errors):.1f}"
+
+
+def test_a_corpus_with_no_row_to_simulate_says_so_without_empty_lists(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write(folder, "lab.csv", [{**SMALL, "id": "lab-x", "model": "acme/unknown-13b"}])
+    result = CliRunner().invoke(main, ["validate", str(folder), "--out", str(tmp_path / "out"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "1 rows from 1 publishers (lab); 0 simulated, 1 not simulated, 0 failed.\n" in result.output
+    assert "Simulated: engines" not in result.output
