@@ -79,7 +79,8 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
     type=click.IntRange(min=1),
     default=8,
     show_default=True,
-    help="Solver evaluations of the all-rows fit, at most (it stops when converged).",
+    help="Solver evaluations of the all-rows fit, at most (it stops when converged; 1 scores its start, "
+    "with --start-from an earlier fit re-scored).",
 )
 @click.option(
     "--fold-iterations",
