@@ -436,11 +436,6 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
     step as long as everything fitted so far and spend its first evaluations on rejected steps."""
     x = x0.copy()
     start = x0[list(active)].copy()
-    if max_iterations <= 1:  # one evaluation is the start's: no step to take, so no Jacobian to take either
-        vector = _vector(ev, x.copy(), active)
-        if on_step is not None:
-            on_step(ev.num_runs, float(np.sum(np.abs(vector))))
-        return FitOutcome(x, 1, False)
     calls = evaluations = 0
     last: list[NDArray[np.float64]] = []
 
@@ -466,6 +461,9 @@ def fit(ev: Evaluator, x0: NDArray[np.float64], active: Sequence[int], max_itera
         calls += 1
         return last[0]
 
+    if max_iterations <= 1:  # one evaluation is the start's: no step to take, so no Jacobian to take either
+        fun(np.zeros(len(start)))
+        return FitOutcome(x.copy(), 1, False)
     bounds = np.asarray([solver_bounds(ev.params[i]) for i in active], dtype=np.float64).reshape(-1, 2)
     lower, upper = bounds[:, 0], bounds[:, 1]
     result = least_squares(

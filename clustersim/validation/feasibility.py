@@ -19,8 +19,8 @@ import math
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.errors import ConfigError
-from clustersim.validation.corpus import SGLANG_RANDOM_DATASET, CorpusRow
-from clustersim.validation.rowscenario import resolve_model, sglang_random_lengths
+from clustersim.validation.corpus import CorpusRow
+from clustersim.validation.rowscenario import resolve_model, sglang_random_draws
 
 # the published p99 must be under this share of the floor: the wave's lengths are random draws, and a
 # uniform draw of a few dozen prompts can fall well below its mean
@@ -61,15 +61,15 @@ def known_wave_floor_s(row: CorpusRow, catalogue: Catalogue) -> tuple[float, int
     numpy's 99th percentile of ``n`` values is at least the ``k``-th largest, ``k = n - floor(0.99 (n -
     1))``; the ``k``-th largest TTFT is at least the ``k``-th largest of the first wave's, which comes no
     sooner than the wave's ``clients - k + 1`` shortest prompts are prefilled. No margin is needed."""
-    match = SGLANG_RANDOM_DATASET.match(row.dataset)
-    if match is None or row.load_kind != "concurrency" or row.load is None or row.num_requests is None:
+    if row.load_kind != "concurrency" or row.load is None or row.num_requests is None:
         return None
-    per_token_s = _seconds_per_prompt_token(row, catalogue)
     num, clients = row.num_requests, max(1, round(row.load))
-    prompts, _ = sglang_random_lengths(int(match.group(1)), int(match.group(2)), num, bool(match.group(3)))
+    drawn = sglang_random_draws(row.dataset, num)
+    per_token_s = _seconds_per_prompt_token(row, catalogue)
     kth = num - math.floor(0.99 * (num - 1))
-    if per_token_s is None or kth > min(clients, num):
+    if drawn is None or per_token_s is None or kth > min(clients, num):
         return None
+    prompts = drawn[0]
     counted = min(clients, num) - kth + 1
     return sum(sorted(prompts[:clients])[:counted]) * per_token_s, counted
 

@@ -254,12 +254,20 @@ def sglang_random_lengths(
     return [int(v) for v in prompts], [int(v) for v in outputs]
 
 
+def sglang_random_draws(dataset: str, num: int) -> tuple[list[int], list[int]] | None:
+    """:func:`sglang_random_lengths` for a ``sglang-random-IN-OUT[-from0]`` dataset, or None for another."""
+    match = SGLANG_RANDOM_DATASET.match(dataset)
+    if match is None:
+        return None
+    return sglang_random_lengths(int(match.group(1)), int(match.group(2)), num, bool(match.group(3)))
+
+
 def _sglang_random(
-    row: CorpusRow, match: re.Match[str], num: int
+    row: CorpusRow, drawn_lengths: tuple[list[int], list[int]], num: int
 ) -> tuple[dict[str, Any] | None, str | None, str | None]:
     """The lengths of a ``sglang-random-IN-OUT`` row, replayed in the order sent, or why not: the draws must
     give the published mean lengths (bench_serving's own totals), else the row did not run them."""
-    prompts, outputs = sglang_random_lengths(int(match.group(1)), int(match.group(2)), num, bool(match.group(3)))
+    prompts, outputs = drawn_lengths
     for name, drawn, published in (("prompt", prompts, row.prompt_tokens), ("output", outputs, row.output_tokens)):
         mean = sum(drawn) / num
         if published is not None and abs(mean - published) > MEAN_LENGTH_TOLERANCE:
@@ -281,8 +289,8 @@ def _lengths(row: CorpusRow, num: int) -> tuple[dict[str, Any] | None, str | Non
     skip reason (or None)."""
     if row.prompt_tokens is None or row.output_tokens is None:
         return None, None, "mean prompt and output lengths are not published"
-    seeded = SGLANG_RANDOM_DATASET.match(row.dataset)
-    if seeded:
+    seeded = sglang_random_draws(row.dataset, num)
+    if seeded is not None:
         return _sglang_random(row, seeded, num)
     prompt, output = max(1, round(row.prompt_tokens)), max(1, round(row.output_tokens))
     ranged = RANGE_DATASET.match(row.dataset)
