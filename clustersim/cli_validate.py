@@ -145,7 +145,8 @@ def validate_command(
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
         for row in rows:  # latencies no GPU could produce: fitted to, they would mislead the fit
             if (why := infeasible_ttft(row, catalogue)) is not None:
-                click.echo(f"warning: {row.file}:{row.line}: {row.row_id}: {why} (feature prefix_cache_hits)", err=True)
+                hint = "feature prefix_cache_hits, or earlier_runs naming the runs that left them cached"
+                click.echo(f"warning: {row.file}:{row.line}: {row.row_id}: {why} ({hint})", err=True)
         if do_fit:
             fit_options = FitOptions(jobs, iterations, fold_iterations, not no_cv, write_profiles, quiet,
                                      start_from / "fits" if start_from else None)  # fmt: skip

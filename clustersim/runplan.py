@@ -35,6 +35,7 @@ from clustersim.kvcache.sequence import Reservation, Reserve
 from clustersim.replica.batching import POLICIES, BatchingPolicy, StepLimits
 from clustersim.replica.core import ReplicaSpec
 from clustersim.specplan import NO_PROPOSER, Proposer, proposer, speculative_cost
+from clustersim.workload.documents import WarmSegment, warm_segments
 
 GIB = 2.0**30
 
@@ -71,6 +72,7 @@ class RunPlan:
     ttft_targets_s: Mapping[str, float]
     tenant_slos: Mapping[str, SLO | None]
     priorities: Mapping[str, int]
+    warm_segments: tuple[WarmSegment, ...] = ()  # what the tenants' earlier runs left in each prefix cache
 
     @property
     def num_replicas(self) -> int:
@@ -93,6 +95,7 @@ class RunPlan:
             prefix_block_tokens=kv.prefix_block_tokens,
             shared_prefix_tokens={t.name: t.shared_prefix_tokens for t in self.scenario.workload.tenants},
             host_swap_blocks=int(kv.host_swap_bytes // block_bytes) if kv.preemption == "swap" else 0,
+            warm_segments=self.warm_segments,
         )
 
     def replica_spec(self, index: int, group: GroupPlan) -> ReplicaSpec:
@@ -131,6 +134,11 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
         ttft_targets_s=ttft_targets,
         tenant_slos={tenant.name: tenant_slo(scenario, tenant) for tenant in scenario.workload.tenants},
         priorities={tenant.name: tenant.priority for tenant in scenario.workload.tenants},
+        warm_segments=warm_segments(
+            scenario.workload.tenants, scenario.kv.prefix_block_tokens, scenario.kv.block_size_tokens
+        )
+        if scenario.kv.prefix_caching
+        else (),
     )
 
 
@@ -186,6 +194,14 @@ def _check_scheduler(
         raise ConfigError(
             source, "kv.preemption", f"{policy.kind}{whose} preempts by recompute only (vLLM V1 has no swap space)"
         )
+    for index, tenant in enumerate(scenario.workload.tenants):
+        if tenant.documents is not None and tenant.documents.earlier_runs and not kv.prefix_caching:
+            raise ConfigError(
+                source,
+                f"workload.tenants[{index}].documents.earlier_runs",
+                "what earlier runs left is kept in the prefix cache: set kv.prefix_caching: true "
+                f"(engine {scenario.cluster.engine} leaves it off, or the scenario turns it off)",
+            )
     if kv.prefix_caching and policy.whole_sequence_kv:
         growing = ", ".join(name for name in POLICIES.names() if not POLICIES.get(name).whole_sequence_kv)
         raise ConfigError(

@@ -141,7 +141,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "stop": {"horizon_s": horizon} if horizon else {},
         "slo": {"ttft_s": draw(st.floats(0.5, 20))},
         "_prefix": draw(st.sampled_from([0, 0, 8, 64])),
-        "_closed_loop": draw(st.sampled_from([False, False, True, "client"])),  # "client": its one thread works
+        # "client": its one thread works; "documents": prompts cut from documents an earlier run left cached
+        "_closed_loop": draw(st.sampled_from([False, False, True, "client", "documents"])),
         "_window": draw(st.sampled_from([None, None, "count", "time", "both"])),
         "_window_fracs": draw(st.tuples(st.floats(0, 0.5), st.floats(0, 0.5))),
         "_faults": draw(st.one_of(st.none(), st.none(), faults())),
@@ -291,6 +292,14 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
         if closed_loop == "client":  # a client thread's work on each ended request delays the next sends
             client = {"client_time_per_request_s": 0.05, "client_time_per_prompt_token_s": 2e-3}
             users = {**CLOSED_LOOP, "arrival": {**CLOSED_LOOP["arrival"], **client}}
+        if closed_loop == "documents":  # request k reads document k; an earlier run sent some of them
+            single = {
+                k: v
+                for k, v in CLOSED_LOOP["arrival"].items()
+                if k not in ("turns_per_conversation", "max_context_tokens")
+            }
+            earlier = {"prompt_tokens": [150, 30, 200, 90], "output_tokens": [20, 0, 5, 60]}
+            users = {**CLOSED_LOOP, "arrival": single, "documents": {"earlier_runs": [earlier]}}
         raw["workload"] = {"tenants": [*raw["workload"]["tenants"], users]}
         raw["stop"] = {**raw["stop"], "max_requests": 40}
     whole_sequence = raw["scheduler"]["policy"] in ("static", "trtllm_no_evict", "trtllm_no_evict_chunked")
@@ -301,7 +310,10 @@ def with_prefix_caching(raw: dict[str, Any]) -> dict[str, Any]:
             "prefix_block_tokens": raw["kv"]["block_size_tokens"],
             "preemption": "recompute",
         }
-        tenants = [{**t, "shared_prefix_tokens": shared} for t in raw["workload"]["tenants"]]
+        tenants = [t if "documents" in t else {**t, "shared_prefix_tokens": shared} for t in raw["workload"]["tenants"]]
+        raw["workload"] = {"tenants": tenants}
+    elif closed_loop == "documents":  # without prefix caching nothing is kept from earlier runs
+        tenants = [{**t, "documents": {}} if "documents" in t else t for t in raw["workload"]["tenants"]]
         raw["workload"] = {"tenants": tenants}
     return raw
 

@@ -356,6 +356,38 @@ ArrivalProcess = Annotated[
 SELF_CONTAINED_ARRIVALS = ("explicit", "trace")  # arrival kinds whose requests carry their own lengths
 
 
+class EarlierRun(StrictModel):
+    """A benchmark run the server served before this one: its ``k``-th request read the first
+    ``prompt_tokens[k]`` tokens of document ``k`` and generated ``output_tokens[k]`` tokens."""
+
+    prompt_tokens: tuple[PositiveInt, ...] = Field(min_length=1)
+    output_tokens: tuple[NonNegativeInt, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_output_per_prompt(self) -> EarlierRun:
+        if len(self.output_tokens) != len(self.prompt_tokens):
+            raise ValueError(
+                f"output_tokens has {len(self.output_tokens)} values and prompt_tokens {len(self.prompt_tokens)}: "
+                "give one output length per prompt"
+            )
+        return self
+
+
+class Documents(StrictModel):
+    """The tenant's ``k``-th request (in the order it sends them) reads the leading tokens of document
+    ``k``, so requests of equal index in this run and in ``earlier_runs`` share their leading tokens
+    (a benchmark client that cuts its ``k``-th prompt from its ``k``-th dataset entry: SGLang's
+    ``bench_serving --dataset-name random``, ``sample_random_requests``).
+
+    ``earlier_runs``: the runs every replica served before this one, oldest first, whose prompts and
+    outputs its prefix cache still holds at the start, as far as it can (least recently used evicted
+    first): an engine that keeps its prefix cache between benchmark runs (SGLang's radix cache, unless
+    the client flushes it). Needs ``kv.prefix_caching``.
+    """
+
+    earlier_runs: tuple[EarlierRun, ...] = ()
+
+
 class Tenant(StrictModel):
     """One source of traffic: its arrival process and, unless explicit or a trace, its length distributions.
 
@@ -370,6 +402,7 @@ class Tenant(StrictModel):
     priority: int = 0
     slo: SLO | None = None
     shared_prefix_tokens: NonNegativeInt = 0  # a system prompt every request of this tenant starts with
+    documents: Documents | None = None  # request k reads document k (see Documents)
 
     @model_validator(mode="after")
     def _lengths_match_arrivals(self) -> Tenant:
@@ -382,6 +415,13 @@ class Tenant(StrictModel):
                 )
             if not self_contained and not given:
                 raise ValueError(f"{field} is required with {self.arrival.kind} arrivals")
+        if self.documents is not None:
+            if self_contained:
+                raise ValueError(f"documents must not be set with {self.arrival.kind} arrivals (they carry their own)")
+            if self.shared_prefix_tokens:
+                raise ValueError("documents and shared_prefix_tokens exclude each other: set one")
+            if isinstance(self.arrival, ClosedLoopArrivals) and self.arrival.turns_per_conversation > 1:
+                raise ValueError("documents and arrival.turns_per_conversation > 1 exclude each other: set one")
         return self
 
 

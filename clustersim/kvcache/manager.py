@@ -17,7 +17,7 @@ sequence's reservation in one region of a linear space. Which one a run uses is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 
 from clustersim.architecture import blocks_for_tokens
@@ -52,6 +52,7 @@ class KVSpec:
     prefix_block_tokens: int = 512  # tokens one prefix hash id stands for (Mooncake traces: 512)
     shared_prefix_tokens: Mapping[str, int] = field(default_factory=dict)
     host_swap_blocks: int = 0
+    warm_segments: tuple[Segment, ...] = ()  # cached at the start, oldest first (earlier benchmark runs)
 
 
 class KVManager:
@@ -77,6 +78,19 @@ class KVManager:
         self._num_decoding = 0  # of the full share
         self._buckets: Buckets = [{} for _ in range(self.block_size_tokens)]
         self._share_buckets: dict[int, Buckets] = {}  # the other shares' decoding sequences, by share
+        if self.prefix is not None:
+            for key, num_blocks in spec.warm_segments:
+                self._warm(key, num_blocks)
+
+    def _warm(self, key: Hashable, num_blocks: int) -> None:
+        """Cache a segment an earlier run left (most recently used), evicting the least recently used
+        ones when the pool is full; one bigger than the whole pool is not cached."""
+        assert self.prefix is not None
+        if key in self.prefix:
+            self.prefix.touch(key)
+        elif num_blocks <= self.pool.num_free_blocks + self.prefix.num_evictable_blocks:
+            self._take(num_blocks)
+            self.prefix.insert(key, num_blocks)
 
     # ------------------------------------------------------------------ admission
     def rejection_reason(self, request: Lengths) -> str:

@@ -74,6 +74,11 @@ class PrefixCache:
         """Blocks of those ``segments`` that are cached and unreferenced (so also counted as evictable)."""
         return sum(self._blocks[key] for key, _ in segments if key in self._lru)
 
+    def touch(self, key: Hashable) -> None:
+        """Make an unreferenced cached segment the most recently used one."""
+        if key in self._lru:
+            self._lru.move_to_end(key)
+
     def acquire(self, segments: Sequence[Segment]) -> None:
         """Pin cached segments for a sequence that reuses them."""
         for key, _ in segments:

@@ -115,6 +115,12 @@ DISPATCH_RULES = ("round_robin", "least_outstanding", "vllm_dp")
 # the request that ended (a harness that tokenizes each finished request's prompt in its concurrency slot),
 # read off the source's one-client per-request files
 CLIENT_GAP_FEATURE = "client_gap"
+# ``earlier_runs=<IN>-<OUT>/<prompts>+...``: the runs the same server served before this one, oldest first,
+# each a ``sglang.bench_serving --dataset-name random`` run of that many prompts at those nominal lengths
+# (drawn as the row's own dataset is): their prompts share their leading tokens with this run's of equal
+# index, and an engine that keeps its prefix cache between runs (SGLang's radix cache) still holds them
+EARLIER_RUNS_FEATURE = "earlier_runs"
+EARLIER_RUN = re.compile(r"([1-9]\d*)-([1-9]\d*)/([1-9]\d*)$")
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,7 @@ class CorpusRow:
     long_prefill_tokens: int | None = None  # each prompt's tokens in one step capped at this
     dispatch: str | None = None  # the harness's rule over data-parallel instances (a router kind)
     client_gap: tuple[float, float] | None = None  # (s, s per prompt token) a client waited between requests
+    earlier_runs: tuple[tuple[int, int, int], ...] = ()  # (IN, OUT, prompts) the server ran before, oldest first
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -268,6 +275,7 @@ class _Stated:
     long_prefill: int | None
     dispatch: str | None
     client_gap: tuple[float, float] | None = None
+    earlier_runs: tuple[tuple[int, int, int], ...] = ()
 
 
 def _features(text: str, where: str) -> _Stated:
@@ -275,8 +283,11 @@ def _features(text: str, where: str) -> _Stated:
     (``long_prefill=<tokens>``), its harness's dispatch rule (``dispatch=<rule>``) and its client's wait
     between requests (``client_gap=<ms>/<us per prompt token>``), where it states them."""
     found, bounds, long_prefill, dispatch, gap = set(), None, None, None, None
+    earlier: tuple[tuple[int, int, int], ...] = ()
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
-        if name.startswith(BOUND_FEATURE + "="):
+        if name.startswith(EARLIER_RUNS_FEATURE + "="):
+            earlier = _earlier_runs(name, where)
+        elif name.startswith(BOUND_FEATURE + "="):
             bounds = _bounds(name, where)
         elif name.startswith(CLIENT_GAP_FEATURE + "="):
             gap = _client_gap(name, where)
@@ -291,11 +302,24 @@ def _features(text: str, where: str) -> _Stated:
             found.add(name)
         else:
             valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>",
-                      f"{CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>"]  # fmt: skip
+                      f"{CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>",
+                      f"{EARLIER_RUNS_FEATURE}=<IN>-<OUT>/<prompts>+..."]  # fmt: skip
             known = ", ".join([*FEATURES, *valued, f"{DISPATCH_FEATURE}=<rule>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap)
+    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap, earlier)
+
+
+def _earlier_runs(text: str, where: str) -> tuple[tuple[int, int, int], ...]:
+    """(IN, OUT, prompts) of each run in ``earlier_runs=<IN>-<OUT>/<prompts>+...``, oldest first."""
+    runs = []
+    for part in text.split("=", 1)[1].split("+"):
+        match = EARLIER_RUN.match(part.strip())
+        if match is None:
+            problem = f"{shown_value(text)}: write {EARLIER_RUNS_FEATURE}=<IN>-<OUT>/<prompts>+... (whole numbers > 0)"
+            raise ConfigError(where, "features", problem)
+        runs.append((int(match.group(1)), int(match.group(2)), int(match.group(3))))
+    return tuple(runs)
 
 
 def _client_gap(text: str, where: str) -> tuple[float, float]:
@@ -359,6 +383,9 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     if engine_only and raw["engine"].lower() != "trtllm":
         problem = f"{engine_only[0]} is a TensorRT-LLM option; the engine is {raw['engine']}"
         raise ConfigError(where, "features", problem)
+    if stated.earlier_runs and not SGLANG_RANDOM_DATASET.match(raw["dataset"]):
+        problem = f"{EARLIER_RUNS_FEATURE} are runs of the same seeded client: the dataset must be sglang-random-IN-OUT"
+        raise ConfigError(where, "features", problem)
     return CorpusRow(
         row_id=raw["id"],
         publisher=raw["publisher"],
@@ -390,6 +417,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         long_prefill_tokens=stated.long_prefill,
         dispatch=stated.dispatch,
         client_gap=stated.client_gap,
+        earlier_runs=stated.earlier_runs,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

@@ -19,8 +19,8 @@ import math
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.errors import ConfigError
-from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.rowscenario import resolve_model, sglang_random_draws
+from clustersim.validation.corpus import SGLANG_RANDOM_DATASET, CorpusRow
+from clustersim.validation.rowscenario import resolve_model, sglang_random_draws, sglang_random_lengths
 
 # the published p99 must be under this share of the floor: the wave's lengths are random draws, and a
 # uniform draw of a few dozen prompts can fall well below its mean
@@ -60,7 +60,8 @@ def known_wave_floor_s(row: CorpusRow, catalogue: Catalogue) -> tuple[float, int
 
     numpy's 99th percentile of ``n`` values is at least the ``k``-th largest, ``k = n - floor(0.99 (n -
     1))``; the ``k``-th largest TTFT is at least the ``k``-th largest of the first wave's, which comes no
-    sooner than the wave's ``clients - k + 1`` shortest prompts are prefilled. No margin is needed."""
+    sooner than the wave's ``clients - k + 1`` shortest prompts are prefilled, less what a prefix cache
+    can hold of them before the run (:func:`_cached_tokens`). No margin is needed."""
     if row.load_kind != "concurrency" or row.load is None or row.num_requests is None:
         return None
     num, clients = row.num_requests, max(1, round(row.load))
@@ -69,9 +70,25 @@ def known_wave_floor_s(row: CorpusRow, catalogue: Catalogue) -> tuple[float, int
     kth = num - math.floor(0.99 * (num - 1))
     if drawn is None or per_token_s is None or kth > min(clients, num):
         return None
-    prompts = drawn[0]
+    cached = _cached_tokens(row, drawn[0])
+    uncached = [prompt - min(prompt, hit) for prompt, hit in zip(drawn[0], cached, strict=True)]
     counted = min(clients, num) - kth + 1
-    return sum(sorted(prompts[:clients])[:counted]) * per_token_s, counted
+    return sum(sorted(uncached[:clients])[:counted]) * per_token_s, counted
+
+
+def _cached_tokens(row: CorpusRow, prompts: list[int]) -> list[int]:
+    """The most of each prompt a prefix cache can hold before the run: what the row's ``earlier_runs``
+    sent of the same document (all of it kept), and all of request 0's (the warm-up request sent it)."""
+    match = SGLANG_RANDOM_DATASET.match(row.dataset)
+    assert match is not None
+    num = len(prompts)
+    cached = [0] * num
+    for prompt_len, output_len, runs in row.earlier_runs:
+        earlier = sglang_random_lengths(prompt_len, output_len, runs, bool(match.group(3)))[0]
+        for i, tokens in enumerate(earlier[:num]):
+            cached[i] = max(cached[i], tokens)
+    cached[0] = prompts[0]
+    return cached
 
 
 def infeasible_ttft(row: CorpusRow, catalogue: Catalogue) -> str | None:

@@ -35,6 +35,7 @@ import numpy as np
 from clustersim.architecture import ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import HardwareProfile, ModelProfile, release_numbers
+from clustersim.config.scenario import KVCache
 from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
 from clustersim.validation.corpus import RANGE_DATASET, SGLANG_RANDOM_DATASET, CorpusRow
@@ -57,6 +58,8 @@ SEED = 0
 MAX_STRATIFIED_REQUESTS = 2000
 SGLANG_BENCH_SEED = 1  # sglang.bench_serving --seed, default
 MEAN_LENGTH_TOLERANCE = 0.01  # published mean lengths are rounded to hundredths of a token
+DEFAULT_BLOCK_TOKENS = KVCache.model_fields["block_size_tokens"].default
+SGLANG_WARMUP_OUTPUT_TOKENS = 32  # bench_serving's warm-up request: request 0's prompt, at most 32 output tokens
 
 # engine (as the corpus names it) -> (engine profile, oldest version it models)
 ENGINES: dict[str, tuple[str, tuple[int, ...]]] = {
@@ -280,8 +283,27 @@ def _sglang_random(
     lengths = {
         "prompt_tokens": {"kind": "empirical", "values": prompts, "order": "sequence"},
         "output_tokens": {"kind": "empirical", "values": [max(1, v) for v in outputs], "order": "sequence"},
+        "documents": {"earlier_runs": _earlier_runs(row, prompts[0], outputs[0])},
     }
-    return lengths, assumption, None
+    if row.earlier_runs:
+        runs = ", ".join(f"{n} x {i}/{o}" for i, o, n in row.earlier_runs)
+        assumption += f"; the radix cache holds what the server's earlier runs sent ({runs}, oldest first)"
+    return lengths, assumption + "; its warm-up request (request 0's prompt) ran just before", None
+
+
+def _earlier_runs(row: CorpusRow, first_prompt: int, first_output: int) -> list[dict[str, list[int]]]:
+    """What ran on the row's server before its measured requests, oldest first: the runs its
+    ``earlier_runs`` feature names, then ``bench_serving``'s warm-up request (``benchmark`` in
+    ``python/sglang/bench_serving.py``: request 0's prompt, at most 32 output tokens; the radix cache is
+    flushed only with ``--flush-cache``)."""
+    match = SGLANG_RANDOM_DATASET.match(row.dataset)
+    assert match is not None
+    runs = []
+    for prompt_len, output_len, num in row.earlier_runs:
+        prompts, outputs = sglang_random_lengths(prompt_len, output_len, num, bool(match.group(3)))
+        runs.append({"prompt_tokens": prompts, "output_tokens": outputs})
+    runs.append({"prompt_tokens": [first_prompt], "output_tokens": [min(first_output, SGLANG_WARMUP_OUTPUT_TOKENS)]})
+    return runs
 
 
 def _lengths(row: CorpusRow, num: int) -> tuple[dict[str, Any] | None, str | None, str | None]:
@@ -417,6 +439,18 @@ def _trtllm_policy(row: CorpusRow, scheduler: dict[str, Any], longest_prompt: in
         scheduler["policy"] = base + ("_chunked" if chunked else "")
 
 
+def _documents_kv(lengths: dict[str, Any], kv: dict[str, Any], catalogue: Catalogue, engine: str) -> None:
+    """Prompts cut from documents find what earlier runs left only in a prefix cache, matched per KV
+    block: keep the documents where the engine caches prefixes (SGLang's radix cache, vLLM V1's), and
+    match at its block size."""
+    own = catalogue.engine(engine).kv
+    if own is None or own.prefix_caching is None or not own.prefix_caching.value:
+        del lengths["documents"]
+        return
+    block = own.block_size_tokens.value if own.block_size_tokens is not None else DEFAULT_BLOCK_TOKENS
+    kv["prefix_block_tokens"] = block
+
+
 def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     """The scenario that re-runs ``row``'s benchmark, or why it cannot be simulated."""
 
@@ -495,6 +529,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         _trtllm_policy(row, scheduler, _longest_prompt(lengths), assumed)
     if row.gpu_memory_frac is not None:
         kv["gpu_memory_frac"] = row.gpu_memory_frac
+    if "documents" in lengths:
+        _documents_kv(lengths, kv, catalogue, engine[0])
     mapping: dict[str, Any] = {
         "name": row.row_id,
         "description": f"{row.setting()} [{row.source_url} {row.source_where}]",

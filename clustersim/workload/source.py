@@ -27,6 +27,7 @@ from clustersim.workload.arrivals import (
     tenant_arrivals,
 )
 from clustersim.workload.conversation import Conversation
+from clustersim.workload.documents import prompt_ids
 from clustersim.workload.request import Request
 from clustersim.workload.traces import TenantData
 from clustersim.workload.window import WindowMarks
@@ -124,6 +125,7 @@ def closed_loop_user(
     completions: Completions,
     conversation: Conversation | None = None,
     client: ClientThread | None = None,
+    documents: DocumentCounter | None = None,
 ) -> Generator[simpy.Event, Any, None]:
     """One user: its first request at ``start_s``, then each a think time after the previous one ended
     (and after ``client`` has done its work on it; with ``conversation``, each a turn of a multi-turn chat).
@@ -136,13 +138,16 @@ def closed_loop_user(
     num_instant_rejections = 0
     while True:
         think_s, prompt_tokens, output_tokens = next(draws)
+        ids = documents.next_ids(prompt_tokens) if documents is not None else ()  # the draw's document
         if delay_s > 0:
             yield env.timeout(delay_s)
         request_id = budget.take(env.now)
         if request_id is None:
             return
         if conversation is None:
-            request = Request(request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user)
+            request = Request(
+                request_id, tenant, env.now, prompt_tokens, output_tokens, session_id=user, prefix_hash_ids=ids
+            )  # fmt: skip
         else:
             prompt_tokens, ids = conversation.next_turn(prompt_tokens, output_tokens)
             request = Request(
@@ -164,6 +169,23 @@ def closed_loop_user(
                 f"tenant '{tenant}': user {user} had {num_instant_rejections} requests in a row rejected at "
                 f"{env.now:g} s with no think time ({request.reject_reason}); time cannot advance"
             )
+
+
+class DocumentCounter:
+    """A closed-loop tenant's document counter, shared by its users: the request of the tenant's
+    ``k``-th length draw reads document ``k`` (its users take draws in the order they send)."""
+
+    __slots__ = ("block_tokens", "num_sent", "tenant_index")
+
+    def __init__(self, tenant_index: int, block_tokens: int) -> None:
+        self.tenant_index = tenant_index
+        self.block_tokens = block_tokens
+        self.num_sent = 0
+
+    def next_ids(self, prompt_tokens: int) -> tuple[int, ...]:
+        ids = prompt_ids(self.tenant_index, self.num_sent, prompt_tokens, self.block_tokens)
+        self.num_sent += 1
+        return ids
 
 
 class ClientThread:
@@ -203,16 +225,25 @@ class Traffic:
         return not any(process.is_alive for process in self.processes)
 
 
-def _start_stream(traffic: Traffic, tenant: Tenant) -> None:
+def _with_documents(arrivals: Iterator[ArrivalTuple], tenant_index: int, block_tokens: int) -> Iterator[TracedArrival]:
+    """An open-loop tenant's arrivals, the ``k``-th carrying the prefix ids of document ``k``."""
+    for k, (arrival_at_s, prompt, output) in enumerate(arrivals):
+        yield arrival_at_s, prompt, output, -1, prompt_ids(tenant_index, k, prompt, block_tokens)
+
+
+def _start_stream(traffic: Traffic, tenant: Tenant, tenant_index: int) -> None:
     arrivals = tenant_arrivals(tenant, traffic.seed, traffic.data.get(tenant.name))
+    if tenant.documents is not None:
+        arrivals = _with_documents(arrivals, tenant_index, traffic.prefix_block_tokens)  # type: ignore[arg-type]
     process = arrival_process(traffic.env, tenant.name, arrivals, traffic.budget, traffic.dispatch)
     traffic.processes.append(traffic.env.process(process))
 
 
-def _start_users(traffic: Traffic, tenant: Tenant) -> None:
+def _start_users(traffic: Traffic, tenant: Tenant, tenant_index: int) -> None:
     arrival = tenant.arrival
     assert isinstance(arrival, ClosedLoopArrivals)
     draws = closed_loop_draws(tenant, traffic.seed, traffic.data.get(tenant.name))
+    documents = None if tenant.documents is None else DocumentCounter(tenant_index, traffic.prefix_block_tokens)
     env = traffic.env
     # users start in order and each first takes one request from the budget, so with max_requests M
     # only the first M users send any request (and none sends a second): the others are not started
@@ -244,12 +275,13 @@ def _start_users(traffic: Traffic, tenant: Tenant) -> None:
                     traffic.completions,
                     conversation,
                     client,
+                    documents,
                 )
             )
         )
 
 
-ARRIVALS: Registry[Callable[[Traffic, Tenant], None]] = Registry(
+ARRIVALS: Registry[Callable[[Traffic, Tenant, int], None]] = Registry(
     "arrival process",
     [*((kind, _start_stream) for kind in STREAMS.names()), ("closed_loop", _start_users)],
 )
@@ -257,5 +289,5 @@ ARRIVALS: Registry[Callable[[Traffic, Tenant], None]] = Registry(
 
 def start_workload(traffic: Traffic, tenants: tuple[Tenant, ...]) -> None:
     """Start every tenant's processes (in tenant order; a closed-loop tenant's users in user order)."""
-    for tenant in tenants:
-        ARRIVALS.get(tenant.arrival.kind)(traffic, tenant)
+    for index, tenant in enumerate(tenants):
+        ARRIVALS.get(tenant.arrival.kind)(traffic, tenant, index)

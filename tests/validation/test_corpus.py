@@ -93,6 +93,14 @@ def test_a_good_file_loads(tmp_path):
         ),
         ({"features": "long_prefill=2.5k"}, "lab.csv:3: features: 'long_prefill=2.5k': write long_prefill=<tokens>"),
         (
+            {"features": "earlier_runs=1000-1000/10+1000/80", "dataset": "sglang-random-1000-1000"},
+            "lab.csv:3: features: 'earlier_runs=1000-1000/10+1000/80': write earlier_runs=<IN>-<OUT>/<prompts>+...",
+        ),
+        (
+            {"features": "earlier_runs=1000-1000/10"},
+            "lab.csv:3: features: earlier_runs are runs of the same seeded client: the dataset must be sglang-random",
+        ),
+        (
             {"dataset": "random-range-1.5"},
             "lab.csv:3: dataset: 'random-range-1.5': write random-range-R with R in [0, 1]",
         ),
@@ -155,3 +163,9 @@ def test_a_closed_loop_row_may_state_its_clients_work_between_requests(tmp_path)
     gap = {**GOOD, "features": "client_gap=1.4/4.26"}
     (row,) = load_corpus_file(write(tmp_path, "lab.csv", [gap]))
     assert row.client_gap == pytest.approx((1.4e-3, 4.26e-6)) and row.features == frozenset()
+
+
+def test_a_seeded_row_may_name_the_runs_its_server_served_before(tmp_path):
+    warm = {**GOOD, "dataset": "sglang-random-8000-1000", "features": "earlier_runs=1000-1000/10+8000-1000/80"}
+    (row,) = load_corpus_file(write(tmp_path, "lab.csv", [warm]))
+    assert row.earlier_runs == ((1000, 1000, 10), (8000, 1000, 80)) and row.features == frozenset()

@@ -48,14 +48,33 @@ def test_every_corpus_row_is_feasible_or_marked_cached():
 def test_known_prompt_lengths_give_an_exact_floor_for_the_p99():
     row = dataclasses.replace(ROW, dataset="sglang-random-8000-1000", load=16, num_requests=80,
                               metrics={"ttft_p99_ms": 2600.0})  # fmt: skip
-    wave = sorted(sglang_random_lengths(8000, 1000, 80, False)[0][:16])
+    _first, *rest = sglang_random_lengths(8000, 1000, 80, False)[0][:16]
+    wave = sorted([0, *rest])  # the warm-up request sent request 0's prompt just before: all of it is cached
     floor_s, counted = known_wave_floor_s(row, CATALOGUE)
     # numpy's p99 of 80 values is at least the second largest, which waits for the 15 shortest of the wave
     assert counted == 15 and floor_s == pytest.approx(sum(wave[:15]) * 2 * 68.5e9 / (8 * 312e12), rel=0.01)
-    assert "the 15 shortest prompts of its first wave need 3.2" in infeasible_ttft(row, CATALOGUE)
+    assert "the 15 shortest prompts of its first wave need 2.96 s" in infeasible_ttft(row, CATALOGUE)
     assert infeasible_ttft(dataclasses.replace(row, metrics={"ttft_p99_ms": 3300.0}), CATALOGUE) is None
     # 500 requests: the p99 is the sixth largest, which the 16-prompt wave bounds by its 11 shortest
     many = dataclasses.replace(row, num_requests=500)
     assert known_wave_floor_s(many, CATALOGUE)[1] == 11
     # a wave smaller than the ranks above the p99 bounds nothing
     assert known_wave_floor_s(dataclasses.replace(row, load=4, num_requests=2000), CATALOGUE) is None
+
+
+def test_prompts_an_earlier_run_sent_lower_the_floor():
+    """The page's one-client run sent the same first 10 documents (at 8,000 nominal tokens: the same
+    prompts): only the wave's other six are prefilled, and a p99 of 2.6 s is no longer impossible."""
+    row = dataclasses.replace(ROW, dataset="sglang-random-8000-1000", load=16, num_requests=80,
+                              metrics={"ttft_p99_ms": 2600.0})  # fmt: skip
+    warm = dataclasses.replace(row, earlier_runs=((8000, 1000, 10),))
+    wave = sglang_random_lengths(8000, 1000, 80, False)[0][:16]
+    floor_s, counted = known_wave_floor_s(warm, CATALOGUE)
+    assert counted == 15 and floor_s == pytest.approx(sum(sorted(wave[10:])[:5]) * 2 * 68.5e9 / (8 * 312e12), rel=0.01)
+    assert infeasible_ttft(warm, CATALOGUE) is None
+    # a shorter earlier cut of the same documents (1,000 nominal tokens) covers only its own length
+    chat = dataclasses.replace(row, earlier_runs=((1000, 1000, 10),))
+    shorter = sglang_random_lengths(1000, 1000, 10, False)[0]
+    uncached = sorted([0] + [p - min(p, c) for p, c in zip(wave[1:10], shorter[1:], strict=True)] + wave[10:])
+    assert known_wave_floor_s(chat, CATALOGUE)[0] == pytest.approx(sum(uncached[:15]) * 2 * 68.5e9 / (8 * 312e12),
+                                                                   rel=0.01)  # fmt: skip

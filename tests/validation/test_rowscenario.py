@@ -279,3 +279,22 @@ def test_an_output_length_of_zero_drawn_by_sglang_runs_as_one():
                   output_tokens=sum(outputs) / 500, num_requests=500)  # fmt: skip
     assert min(built.mapping["workload"]["tenants"][0]["output_tokens"]["values"]) == 1
     assert any("1 output length(s) of 0 run as 1" in a for a in built.assumptions)
+
+
+def test_a_seeded_row_runs_after_its_servers_earlier_runs_and_warm_up():
+    """SGLang keeps its radix cache between bench_serving runs: the row's tenant reads document k as its
+    k-th request, with the earlier runs' requests and then the warm-up request (request 0's prompt, at
+    most 32 output tokens) in the prefix cache at the start, matched at the engine's block size."""
+    prompts, outputs = sglang_random_lengths(8000, 1000, 10, False)
+    row = dict(dataset="sglang-random-8000-1000", prompt_tokens=4194.1, output_tokens=422.0, num_requests=10,
+               earlier_runs=((1000, 1000, 10), (1000, 1000, 80)))  # fmt: skip
+    built = build(**row)
+    tenant = built.mapping["workload"]["tenants"][0]
+    runs = tenant["documents"]["earlier_runs"]
+    assert [len(r["prompt_tokens"]) for r in runs] == [10, 80, 1]
+    assert runs[1]["prompt_tokens"] == sglang_random_lengths(1000, 1000, 80, False)[0]
+    assert runs[2] == {"prompt_tokens": [prompts[0]], "output_tokens": [min(outputs[0], 32)]}
+    assert built.mapping["kv"]["prefix_block_tokens"] == 16
+    assert any("10 x 1000/1000, 80 x 1000/1000" in a and "warm-up" in a for a in built.assumptions)
+    cold = build(**{**row, "earlier_runs": ()})
+    assert cold.mapping["workload"]["tenants"][0]["documents"]["earlier_runs"] == [runs[2]]  # the warm-up only

@@ -114,7 +114,7 @@ def test_users_are_sessions(run_mapping):
     assert [r["arrival_at_s"] for r in rows[4:8]] == [3.5] * 4
 
 
-def _start_every_user(traffic: Any, tenant: Any) -> None:
+def _start_every_user(traffic: Any, tenant: Any, tenant_index: int) -> None:
     """The plain rule the shortcut must equal: a process for every user."""
     from clustersim.workload import source
 
