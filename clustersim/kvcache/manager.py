@@ -367,16 +367,21 @@ class KVManager:
         if self.prefix is not None:
             bs = self.block_size_tokens
             end = seq.cached_tokens
+            computed: list[Segment] = []
             for key, blocks in seq.own_segments:
                 end += blocks * bs
                 if end > computed_tokens:
                     preempted = False  # blocks past a segment it had not finished are not a prefix of it
                     break
-                if self.prefix.insert(key, blocks):
-                    kept += blocks
+                computed.append((key, blocks))
+            # unused from its last block to its first, so a full cache evicts a prompt from its end
+            # (vLLM's BlockPool.free_blocks frees a request's blocks in reverse; SGLang evicts leaves)
             if preempted:
                 kept += self._keep_computed(seq, end, computed_tokens)
-            self.prefix.release(seq.hit_segments)
+            for key, blocks in reversed(computed):
+                if self.prefix.insert(key, blocks):
+                    kept += blocks
+            self.prefix.release(seq.hit_segments[::-1])
         self.pool.free(held - kept)
         self._unplace(seq)
         if seq.decoding:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow.parquet as pq
 import pytest
 from conftest import explicit_scenario, read_requests, read_steps
@@ -146,3 +148,27 @@ def test_a_conversation_restarts_before_its_context_would_exceed_the_limit(run_m
     rows = read_requests(run_mapping(conversation(10, max_context_tokens=70)))
     # 20 + 12 = 32; 52 + 12 = 64; the third (84 + 12 > 70) starts a new conversation
     assert [r["prompt_tokens"] for r in rows] == [20, 52, 20, 52]
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_a_full_cache_evicts_a_finished_prompt_from_its_end(run_mapping, tmp_path, fast_forward):
+    """Request A leaves its 10-block prompt cached; B needs 5 of the 12 blocks, so 3 cached ones go: the
+    last three of A's prompt (vLLM frees a request's blocks last first; SGLang evicts leaves), and C,
+    which repeats A's prompt, still finds its first 7 blocks."""
+    lines = [
+        {"timestamp": 0, "input_length": 160, "output_length": 1, "hash_ids": list(range(1, 11))},
+        {"timestamp": 5000, "input_length": 64, "output_length": 2, "hash_ids": [100, 101, 102, 103]},
+        {"timestamp": 10000, "input_length": 160, "output_length": 1, "hash_ids": list(range(1, 11))},
+    ]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    raw = explicit_scenario(
+        [],
+        policy="vllm_v1",
+        kv={"block_size_tokens": 16, "num_blocks": 12, "prefix_caching": True, "prefix_block_tokens": 16},
+        simulation={"fast_forward": fast_forward},
+    )
+    raw["workload"] = {
+        "tenants": [{"name": "t", "arrival": {"kind": "trace", "path": "m.jsonl", "format": "mooncake"}}]
+    }
+    rows = read_requests(run_mapping(raw))
+    assert [r["num_cached_prompt_tokens"] for r in rows] == [0, 0, 7 * 16]
