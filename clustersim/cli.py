@@ -29,7 +29,7 @@ from clustersim.cli_validate import validate_command
 from clustersim.clock import Clock
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
 from clustersim.config.loader import load_scenario
-from clustersim.config.profiles import checked_release
+from clustersim.config.releases import checked_release
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue

@@ -25,8 +25,9 @@ from clustersim.architecture import (
 )
 from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.engine_defaults import with_engine_defaults
+from clustersim.config.engine_defaults import reported_memory_bytes, with_engine_defaults
 from clustersim.config.loader import LoadedScenario
+from clustersim.config.memorytiers import memory_settings
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
 from clustersim.errors import ConfigError
@@ -246,9 +247,13 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
     model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
     gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
+    tp, pp = group.tensor_parallel, group.pipeline_parallel
+    rule = engine.kv.gpu_memory_rule if engine.kv is not None else None
+    if rule is not None and rule.value.applies_to(scenario.cluster.engine_version):  # graphs sized by memory
+        graphs = memory_settings(rule.value, reported_memory_bytes(hardware), tp, pp).graph_seqs
+        gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=graphs))
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
         gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
-    tp, pp = group.tensor_parallel, group.pipeline_parallel
     if tp * pp > 1 and gpu.engine.step_overhead_per_worker_s:  # the step's inputs go to every worker
         gpu = dataclasses.replace(
             gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s

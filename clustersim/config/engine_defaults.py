@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from clustersim.config.memorytiers import memory_settings
 from clustersim.config.profiles import Cited, EngineProfile, HardwareProfile
 from clustersim.config.scenario import KVCache, Scenario, Scheduler
 from clustersim.replica.batching import POLICIES
@@ -33,12 +34,40 @@ def _values(section: Any) -> dict[str, Any]:
     }
 
 
+def reported_memory_bytes(hardware: HardwareProfile) -> float:
+    """The memory the driver reports for the GPU (what an engine sizing itself by memory reads)."""
+    reported = hardware.memory_reported_bytes
+    return reported.value if reported is not None else hardware.memory_bytes.value
+
+
 def engine_scheduler_defaults(engine: EngineProfile, hardware: HardwareProfile) -> dict[str, Any]:
     """The ``scheduler`` fields the engine sets on this GPU."""
     values = _values(engine.scheduler)
     if is_small_gpu(hardware):
         values.update(_values(engine.scheduler_small_gpu))
     return values
+
+
+def _memory_defaults(
+    scenario: Scenario, hardware: HardwareProfile, scheduler: dict[str, Any], kv: dict[str, Any]
+) -> None:
+    """Resolve the engine's memory-dependent defaults in ``scheduler`` and ``kv`` (the fields the scenario
+    leaves unset): its rule by the GPU's memory where the release has one (SGLang from 0.5.3), else its
+    memory fraction by GPUs per replica (SGLang's earlier ``mem_fraction_static`` falls with TP)."""
+    by_gpus = kv.pop("gpu_memory_frac_by_gpus", None)
+    rule = kv.pop("gpu_memory_rule", None)
+    cluster = scenario.cluster
+    unset_frac = "gpu_memory_frac" not in scenario.kv.model_fields_set
+    if rule is not None and rule.applies_to(cluster.engine_version):
+        memory = reported_memory_bytes(hardware)
+        sized = memory_settings(rule, memory, cluster.tensor_parallel, cluster.pipeline_parallel)
+        if "max_num_batched_tokens" not in scenario.scheduler.model_fields_set:
+            scheduler["max_num_batched_tokens"] = sized.chunk_tokens
+        if unset_frac:
+            kv["gpu_memory_frac"] = sized.gpu_memory_frac
+    elif by_gpus and unset_frac:
+        gpus = cluster.tensor_parallel * cluster.pipeline_parallel
+        kv["gpu_memory_frac"] = by_gpus[max((k for k in by_gpus if k <= gpus), default=min(by_gpus))]
 
 
 def with_engine_defaults(scenario: Scenario, engine: EngineProfile, hardware: HardwareProfile) -> Scenario:
@@ -52,10 +81,7 @@ def with_engine_defaults(scenario: Scenario, engine: EngineProfile, hardware: Ha
     scheduler = {k: v for k, v in engine_scheduler_defaults(engine, hardware).items() if k not in scheduler_set}
     kv_set = scenario.kv.model_fields_set
     kv = {k: v for k, v in _values(engine.kv).items() if k not in kv_set}
-    by_gpus = kv.pop("gpu_memory_frac_by_gpus", None)
-    if by_gpus and "gpu_memory_frac" not in kv_set:  # e.g. SGLang's mem_fraction_static falls with TP
-        gpus = scenario.cluster.tensor_parallel * scenario.cluster.pipeline_parallel
-        kv["gpu_memory_frac"] = by_gpus[max((k for k in by_gpus if k <= gpus), default=min(by_gpus))]
+    _memory_defaults(scenario, hardware, scheduler, kv)
     policy = POLICIES.get(scheduler.get("policy", scenario.scheduler.policy))
     own = scenario.kv
     if kv.get("prefix_caching") and (own.allocator != "paged" or own.preemption == "swap" or policy.whole_sequence_kv):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 
 from clustersim.config.base import StrictModel
+from clustersim.config.memorytiers import GpuMemoryRule
+from clustersim.config.releases import checked_release, release_numbers
 
 T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
@@ -171,22 +172,6 @@ class EfficiencyScales(_Physical):
     eager_launch_scale: Cited[float] | None = None
 
 
-_RELEASE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
-
-
-def release_numbers(text: str) -> tuple[int, ...] | None:
-    """An engine release's leading numbers (``"v0.4.2.post4"``: ``(0, 4, 2)``); None without any."""
-    found = _RELEASE.match(text.strip())
-    return tuple(int(part) for part in found.groups() if part is not None) if found else None
-
-
-def checked_release(text: str) -> str:
-    """``text`` if it is a release number, else ValueError saying so."""
-    if release_numbers(text) is None:
-        raise ValueError(f"'{text}' is not a release number such as 0.4.2")
-    return text
-
-
 class KernelRelease(StrictModel):
     """Kernels an engine gained on one GPU family in one release.
 
@@ -223,6 +208,9 @@ class EngineKVDefaults(StrictModel):
     gpu_memory_frac: Cited[float] | None = None
     # the fraction by GPUs per replica (TP x PP): the value at the largest key not above them
     gpu_memory_frac_by_gpus: Cited[dict[int, float]] | None = None
+    # from a release on: the prefill chunk, CUDA-graph cap and memory fraction by the GPU's memory
+    # (replaces the two above and the scheduler's max_num_batched_tokens where the scenario leaves them)
+    gpu_memory_rule: Cited[GpuMemoryRule] | None = None
 
 
 class EngineProfile(_Physical):

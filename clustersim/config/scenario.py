@@ -23,7 +23,7 @@ from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
 from clustersim.config.profiles import Precision as Precision  # re-exported: the scenario fields' type
-from clustersim.config.profiles import checked_release
+from clustersim.config.releases import checked_release
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics

@@ -34,7 +34,8 @@ import numpy as np
 
 from clustersim.architecture import ModelShape
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.profiles import HardwareProfile, ModelProfile, release_numbers
+from clustersim.config.profiles import HardwareProfile, ModelProfile
+from clustersim.config.releases import release_numbers
 from clustersim.config.scenario import KVCache
 from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings

@@ -92,9 +92,48 @@ def test_a_budget_below_the_engines_default_seats_names_the_field_to_set():
 
 
 @pytest.mark.parametrize(("tp", "frac"), [(1, 0.88), (2, 0.87), (4, 0.85), (8, 0.81)])
-def test_sglang_memory_fraction_falls_with_tensor_parallelism(tp: int, frac: float) -> None:
+def test_sglang_before_0_5_3_memory_fraction_falls_with_tensor_parallelism(tp: int, frac: float) -> None:
     raw = bare("sglang")
-    raw["cluster"]["tensor_parallel"] = tp
+    raw["cluster"].update(tensor_parallel=tp, engine_version="0.5.2")
     assert planned(raw).kv.gpu_memory_frac == frac
+    assert planned(raw).scheduler.max_num_batched_tokens == 8192
     raw["kv"] = {"gpu_memory_frac": 0.7}
     assert planned(raw).kv.gpu_memory_frac == 0.7  # the scenario's own wins
+
+
+@pytest.mark.parametrize(
+    ("hardware", "tp", "chunk", "graphs", "frac"),
+    [
+        # 79.2 GiB reported: reserved 512 + 1.5 x 8192 + 2 x 256 + 128 = 13,440 MiB of 81,100
+        ("H100-SXM", 1, 8192, 256, 0.834),
+        ("H100-SXM", 8, 8192, 512, 0.817),  # 512 + 12,288 + 1,024 + 1,024 = 14,848 MiB
+        ("B200", 8, 16384, 512, 0.851),  # 512 + 24,576 + 1,024 + 1,024 = 27,136 MiB of 182,581
+    ],
+)
+def test_sglang_from_0_5_3_sizes_chunks_graphs_and_memory_by_the_gpus_memory(hardware, tp, chunk, graphs, frac):
+    raw = bare("sglang", hardware)
+    raw["cluster"]["tensor_parallel"] = tp
+    scenario = planned(raw)
+    assert (scenario.scheduler.max_num_batched_tokens, scenario.kv.gpu_memory_frac) == (chunk, frac)
+    plan = plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), Catalogue.builtin())
+    assert plan.groups[0].gpu.engine.cuda_graph_max_seqs == graphs
+    raw["cluster"]["engine_version"] = "0.5.6"
+    assert planned(raw).kv.gpu_memory_frac == frac
+    raw["scheduler"] = {"max_num_batched_tokens": 4096}
+    raw["kv"] = {"gpu_memory_frac": 0.7}
+    scenario = planned(raw)  # the scenario's own settings win
+    assert (scenario.scheduler.max_num_batched_tokens, scenario.kv.gpu_memory_frac) == (4096, 0.7)
+
+
+def test_a_memory_rule_needs_ordered_tiers():
+    from clustersim.config.memorytiers import GpuMemoryRule
+
+    common = {"since_version": "0.5.3", "reserved_base_mib": 0, "reserved_per_chunk_token_mib": 0,
+              "reserved_min_chunk_tokens": 1, "reserved_per_graph_seq_mib": 0, "reserved_per_gpu_mib": 0}  # fmt: skip
+    tier = {"chunk_tokens": 8, "graph_seqs": 8}
+    with pytest.raises(ValueError, match="increase"):
+        GpuMemoryRule.model_validate({**common, "tiers": [{**tier, "below_gib": 80}, {**tier, "below_gib": 40}, tier]})
+    with pytest.raises(ValueError, match="the last has none"):
+        GpuMemoryRule.model_validate({**common, "tiers": [{**tier, "below_gib": 80}]})
+    with pytest.raises(ValueError, match="release number"):
+        GpuMemoryRule.model_validate({**common, "since_version": "soon", "tiers": [tier]})
