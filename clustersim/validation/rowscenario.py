@@ -286,10 +286,7 @@ def _sglang_random(
         "output_tokens": {"kind": "empirical", "values": [max(1, v) for v in outputs], "order": "sequence"},
         "documents": {"earlier_runs": _earlier_runs(row, prompts[0], outputs[0])},
     }
-    if row.earlier_runs:
-        runs = ", ".join(f"{n} x {i}/{o}" for i, o, n in row.earlier_runs)
-        assumption += f"; the radix cache holds what the server's earlier runs sent ({runs}, oldest first)"
-    return lengths, assumption + "; its warm-up request (request 0's prompt) ran just before", None
+    return lengths, assumption, None
 
 
 def _earlier_runs(row: CorpusRow, first_prompt: int, first_output: int) -> list[dict[str, list[int]]]:
@@ -440,16 +437,24 @@ def _trtllm_policy(row: CorpusRow, scheduler: dict[str, Any], longest_prompt: in
         scheduler["policy"] = base + ("_chunked" if chunked else "")
 
 
-def _documents_kv(lengths: dict[str, Any], kv: dict[str, Any], catalogue: Catalogue, engine: str) -> None:
+def _documents_kv(
+    row: CorpusRow, lengths: dict[str, Any], kv: dict[str, Any], catalogue: Catalogue, engine: str
+) -> str | None:
     """Prompts cut from documents find what earlier runs left only in a prefix cache, matched per KV
-    block: keep the documents where the engine caches prefixes (SGLang's radix cache, vLLM V1's), and
-    match at its block size."""
+    block: keep the documents where the engine caches prefixes (SGLang's radix cache, vLLM V1's), match
+    at its block size, and say what the run assumes was cached (None: nothing, without a prefix cache)."""
     own = catalogue.engine(engine).kv
     if own is None or own.prefix_caching is None or not own.prefix_caching.value:
         del lengths["documents"]
-        return
-    block = own.block_size_tokens.value if own.block_size_tokens is not None else DEFAULT_BLOCK_TOKENS
-    kv["prefix_block_tokens"] = block
+        return None
+    kv["prefix_block_tokens"] = (
+        own.block_size_tokens.value if own.block_size_tokens is not None else DEFAULT_BLOCK_TOKENS
+    )
+    cached = "its warm-up request (request 0's prompt) ran just before, its prompt left in the prefix cache"
+    if row.earlier_runs:
+        runs = ", ".join(f"{n} x {i}/{o}" for i, o, n in row.earlier_runs)
+        cached = f"the prefix cache holds what the server's earlier runs sent ({runs}, oldest first); {cached}"
+    return cached
 
 
 def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
@@ -530,8 +535,9 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         _trtllm_policy(row, scheduler, _longest_prompt(lengths), assumed)
     if row.gpu_memory_frac is not None:
         kv["gpu_memory_frac"] = row.gpu_memory_frac
-    if "documents" in lengths:
-        _documents_kv(lengths, kv, catalogue, engine[0])
+    cached = _documents_kv(row, lengths, kv, catalogue, engine[0]) if "documents" in lengths else None
+    if cached is not None:
+        assumed.append(cached)
     mapping: dict[str, Any] = {
         "name": row.row_id,
         "description": f"{row.setting()} [{row.source_url} {row.source_where}]",

@@ -298,3 +298,11 @@ def test_a_seeded_row_runs_after_its_servers_earlier_runs_and_warm_up():
     assert any("10 x 1000/1000, 80 x 1000/1000" in a and "warm-up" in a for a in built.assumptions)
     cold = build(**{**row, "earlier_runs": ()})
     assert cold.mapping["workload"]["tenants"][0]["documents"]["earlier_runs"] == [runs[2]]  # the warm-up only
+
+
+def test_an_engine_without_a_prefix_cache_runs_the_same_lengths_without_documents():
+    row = dict(engine="trtllm", engine_version="1.0", dataset="sglang-random-8000-1000", prompt_tokens=4194.1,
+               output_tokens=422.0, num_requests=10, earlier_runs=((1000, 1000, 10),))  # fmt: skip
+    built = build(**row)
+    assert "documents" not in built.mapping["workload"]["tenants"][0]
+    assert not any("prefix cache" in a for a in built.assumptions)
