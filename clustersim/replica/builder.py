@@ -14,7 +14,7 @@ from clustersim.cost.base import StepBatch
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
 from clustersim.replica.seats import Seat
-from clustersim.workload.request import AWAITING_PULL, NO_REMOTE_KV, Request
+from clustersim.workload.request import AWAITING_PULL, LANDED, NO_REMOTE_KV, Request
 
 if TYPE_CHECKING:  # the core builds builders; a builder only holds a reference to it
     from clustersim.replica.core import Core
@@ -181,14 +181,19 @@ class Builder:
         return True
 
     def admission_closed(self) -> bool:
-        """No waiting head can be admitted, whichever it is: every seat is taken, or swapped
-        sequences wait. Neither changes during a run of decode steps."""
+        """No waiting head can be admitted: every seat is taken, or swapped sequences wait and the head
+        is not a request whose KV cache has landed here. Neither changes during a run of decode steps
+        but the head, which ends the run when it changes (:meth:`Core._head_changed` asks again)."""
         core = self._core
-        return bool(core.swapped) or len(core.seats.seats) >= core.limits.max_num_seqs
+        if len(core.seats.seats) >= core.limits.max_num_seqs:
+            return True
+        return bool(core.swapped) and not _landed(core.head())
 
     def admit(self, chunked: bool, max_admitted: int | None = None) -> int:
-        """Admit waiting heads in order while they fit (at most ``max_admitted``); nothing is admitted
-        while swapped sequences wait."""
+        """Admit waiting heads in order while they fit (at most ``max_admitted``). While swapped sequences
+        wait only requests whose KV cache has landed here are seated: they hold their blocks already, so
+        seating them takes none from the swapped ones, and the swapped ones may need exactly those blocks
+        (a decode replica that waited for them would wait for ever)."""
         core = self._core
         if self.admission_closed() or (head := core.head()) is None:
             return 0
@@ -203,6 +208,8 @@ class Builder:
         per_chunk = self.per_chunk
         cap = self._chunk_cap()  # at least the budget left unless a chunking policy sets the threshold
         while head is not None and num_admitted != max_admitted:
+            if core.swapped and not _landed(head):
+                break
             if head.remote_kv != NO_REMOTE_KV:  # disaggregation: its prompt was computed on a prefill replica
                 chunk = self._admit_remote(head, len(seats) < max_seqs, tokens_left)
                 if chunk < 0:
@@ -272,3 +279,8 @@ class Builder:
         return StepBatch(
             tuple([c for _, c in chunks]), tuple([s.cached_tokens + s.done_tokens for s, _ in chunks]), n, context
         )
+
+
+def _landed(request: Request | None) -> bool:
+    """Whether ``request`` waits with its KV cache landed here (disaggregation), its blocks held."""
+    return request is not None and request.remote_kv == LANDED
