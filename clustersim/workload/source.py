@@ -128,7 +128,8 @@ def closed_loop_user(
     documents: DocumentCounter | None = None,
 ) -> Generator[simpy.Event, Any, None]:
     """One user: its first request at ``start_s``, then each a think time after the previous one ended
-    (and after ``client`` has done its work on it; with ``conversation``, each a turn of a multi-turn chat).
+    (and after ``client`` has done its work on it; with ``conversation``, each a turn of a multi-turn chat;
+    with ``documents``, each prompt cut from the document of its draw).
 
     Raises :class:`ClusterSimError` if the user's requests are rejected :data:`MAX_INSTANT_REJECTIONS`
     times in a row at one instant (zero think time and lengths no replica can serve): time would
@@ -173,18 +174,20 @@ def closed_loop_user(
 
 class DocumentCounter:
     """A closed-loop tenant's document counter, shared by its users: the request of the tenant's
-    ``k``-th length draw reads document ``k`` (its users take draws in the order they send)."""
+    ``k``-th length draw reads document ``k`` (a benchmark client pairs its ``k``-th prompt with its
+    ``k``-th lengths; a user takes its draw when its previous request ends, before it thinks)."""
 
-    __slots__ = ("block_tokens", "num_sent", "tenant_index")
+    __slots__ = ("block_tokens", "num_drawn", "tenant_index")
 
     def __init__(self, tenant_index: int, block_tokens: int) -> None:
         self.tenant_index = tenant_index
         self.block_tokens = block_tokens
-        self.num_sent = 0
+        self.num_drawn = 0
 
     def next_ids(self, prompt_tokens: int) -> tuple[int, ...]:
-        ids = prompt_ids(self.tenant_index, self.num_sent, prompt_tokens, self.block_tokens)
-        self.num_sent += 1
+        """The prefix ids of the next draw's prompt, cut from the next document."""
+        ids = prompt_ids(self.tenant_index, self.num_drawn, prompt_tokens, self.block_tokens)
+        self.num_drawn += 1
         return ids
 
 

@@ -170,3 +170,10 @@ def test_earlier_runs_without_prefix_caching_is_a_one_line_error(tmp_path: Path)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "workload.tenants[0].documents.earlier_runs" in lines[0] and "kv.prefix_caching: true" in lines[0]
+
+
+def test_an_open_loop_tenants_kth_arrival_reads_document_k(run_mapping):
+    raw = scenario([300, 100, 500], [4, 4, 4], [{"prompt_tokens": [200, 1, 1000], "output_tokens": [1, 1, 1]}])
+    raw["workload"]["tenants"][0]["arrival"] = {"kind": "poisson", "rate_per_s": 0.5}
+    rows = read_requests(run_mapping(raw))
+    assert [r["num_cached_prompt_tokens"] for r in rows] == [192, 0, 496]
