@@ -55,15 +55,24 @@ def format_catalogue(catalogue: Catalogue) -> str:
     lines.append(
         "engine       step ms  per-seq us  launch/layer us (eager, graph)  graphs up to  hidden  default policy"
     )
+    footnote = False
     for name in catalogue.names("engine"):
         profile = catalogue.engine(name)
         engine = EngineSpec.from_profile(profile)
         graphs = f"{engine.cuda_graph_max_seqs} {'tokens' if engine.cuda_graph_mixed_steps else 'seqs'}"
+        rule = profile.kv.gpu_memory_rule if profile.kv is not None else None
+        if rule is not None:  # the current release sizes them by the GPU's memory (shown: the most)
+            graphs = f"{max(t.graph_seqs for t in rule.value.tiers)} seqs*"
+            footnote = True
         policy = profile.scheduler.policy if profile.scheduler is not None else None
         lines.append(
             f"{name:<11}{profile.step_overhead_s.value * 1e3:>9.2f}{engine.per_seq_overhead_s * 1e6:>12.1f}"
             f"{engine.launch_overhead_per_layer_eager_s * 1e6:>16.1f}, "
             f"{engine.launch_overhead_per_layer_graph_s * 1e6:<14.1f}"
             f"{graphs:>12}{engine.host_overlap_frac * 100:>7.0f}%  {policy.value if policy else '-'}"
+        )
+    if footnote:
+        lines.append(
+            "* the most; by the GPU's memory and TP degree, from the release the profile's kv.gpu_memory_rule names"
         )
     return "\n".join(lines)

@@ -15,6 +15,9 @@ def test_profiles_lists_every_gpu_model_and_engine():
     for name in ("H100-SXM", "MI300X", "B200", "DeepSeek-V3", "Mixtral-8x7B", "trtllm", "sglang"):
         assert name in result.output
     assert "Mixtral-8x7B         46.70     12.88" in result.output
+    # SGLang sizes its CUDA graphs by the GPU's memory: the most it captures, with the rule in a footnote
+    sglang = next(line for line in result.output.splitlines() if line.startswith("sglang "))
+    assert "512 seqs*" in sglang and "* the most; by the GPU's memory and TP degree" in result.output
 
 
 def test_step_prints_breakdown_that_sums_to_the_step():
