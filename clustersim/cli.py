@@ -42,6 +42,7 @@ from clustersim.plans import load_plan
 from clustersim.printout import format_summary
 from clustersim.progress import RunProgress, Snapshot, progress_enabled
 from clustersim.runner import Watch, run_scenario
+from clustersim.runplan import with_memory_sized_graphs
 from clustersim.sweeps import load_sweep
 
 PLOT_MODULES = ("matplotlib", "seaborn", "pandas", "scipy")
@@ -297,6 +298,9 @@ def step(
         hardware_profile = catalogue.hardware(hardware, "--hardware", "")
         engine_profile = catalogue.engine(engine, "--engine", "")
         gpu = GpuSpec.from_profiles(hardware_profile, engine_profile, engine_version)
+        gpu = with_memory_sized_graphs(
+            gpu, engine_profile, hardware_profile, engine_version, tensor_parallel, pipeline_parallel
+        )
         shape = ModelShape.from_profile(catalogue.model(model_name, "--model", ""), weights, kv_cache)
     except ClusterSimError as exc:
         fail(str(exc))

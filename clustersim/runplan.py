@@ -28,6 +28,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.engine_defaults import reported_memory_bytes, with_engine_defaults
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.memorytiers import memory_settings
+from clustersim.config.profiles import EngineProfile, HardwareProfile
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
 from clustersim.errors import ConfigError
@@ -239,6 +240,18 @@ def ttft_targets_s(scenario: Scenario) -> dict[str, float]:
     return targets
 
 
+def with_memory_sized_graphs(
+    gpu: GpuSpec, engine: EngineProfile, hardware: HardwareProfile, version: str | None, tp: int, pp: int
+) -> GpuSpec:
+    """``gpu`` with the CUDA-graph cap the engine's release picks by the GPU's memory and TP degree
+    (``kv.gpu_memory_rule``: SGLang from 0.5.3), or as it is."""
+    rule = engine.kv.gpu_memory_rule if engine.kv is not None else None
+    if rule is None or not rule.value.applies_to(version):
+        return gpu
+    graphs = memory_settings(rule.value, reported_memory_bytes(hardware), tp, pp).graph_seqs
+    return dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=graphs))
+
+
 def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> GroupPlan:
     """Look up one replica group's profiles, check the model fits, size the KV cache and build the cost model."""
     where_from = group.field_path
@@ -248,10 +261,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
     gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
-    rule = engine.kv.gpu_memory_rule if engine.kv is not None else None
-    if rule is not None and rule.value.applies_to(scenario.cluster.engine_version):  # graphs sized by memory
-        graphs = memory_settings(rule.value, reported_memory_bytes(hardware), tp, pp).graph_seqs
-        gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=graphs))
+    gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
         gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
     if tp * pp > 1 and gpu.engine.step_overhead_per_worker_s:  # the step's inputs go to every worker

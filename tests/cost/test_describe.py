@@ -67,3 +67,16 @@ def test_step_says_how_much_of_elementwise_is_the_small_kernels_of_moe_and_mla_l
     assert line.startswith(f"elementwise includes 836 small kernels of MoE and MLA layers ({836 * each_s * 1e3:.3f} ms")
     dense = CliRunner().invoke(main, ["step", "--hardware", "H100-SXM", "--model", "Llama-3.1-8B"])
     assert "small kernels" not in dense.output
+
+
+def test_step_captures_the_cuda_graphs_the_release_sizes_by_memory():
+    """SGLang from 0.5.3 captures graphs up to 512 sequences on a B200 (before: 160), so a decode of 200
+    sequences replays a graph there and launches every kernel from Python before."""
+    args = ["step", "--hardware", "B200", "--model", "Llama-3.1-8B", "--engine", "sglang", "--batch", "200"]
+
+    def step_ms(*extra: str) -> float:
+        result = CliRunner().invoke(main, [*args, *extra])
+        assert result.exit_code == 0, result.output
+        return float(next(line for line in result.output.splitlines() if line.startswith("step ")).split()[1])
+
+    assert step_ms("--engine-version", "0.5.2") > 2 * step_ms("--engine-version", "0.5.6")
