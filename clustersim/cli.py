@@ -324,7 +324,7 @@ def step(
     family = hardware_profile.family.value if hardware_profile.family is not None else None
     if engine_version and not any(r.gpu_family == family for r in engine_profile.kernel_releases):
         click.echo(
-            f"note: engine {engine} records no kernel releases on {gpu.name}: release {engine_version} is "
-            "priced as its current one",
+            f"note: engine {engine} records no kernel releases on {gpu.name}: release {engine_version}'s kernels "
+            "are priced as its current one's",
             err=True,
         )

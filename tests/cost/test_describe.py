@@ -47,7 +47,7 @@ def test_step_says_when_a_release_changes_nothing():
     older = CliRunner().invoke(main, [*args, "--engine-version", "0.4.2"])
     assert today.exit_code == older.exit_code == 0
     assert "note:" not in today.output
-    note = "note: engine vllm records no kernel releases on H100-SXM: release 0.4.2 is priced as its current one"
+    note = "note: engine vllm records no kernel releases on H100-SXM: release 0.4.2's kernels are priced as its current one's"
     assert note in older.output
     assert older.output.splitlines()[-2] == today.output.splitlines()[-1]  # the same step time
 
