@@ -19,8 +19,8 @@ import math
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.errors import ConfigError
-from clustersim.validation.corpus import SGLANG_RANDOM_DATASET, CorpusRow
-from clustersim.validation.rowscenario import resolve_model, sglang_random_draws, sglang_random_lengths
+from clustersim.validation.corpus import CorpusRow
+from clustersim.validation.rowscenario import earlier_run_draws, resolve_model, sglang_random_draws
 
 # the published p99 must be under this share of the floor: the wave's lengths are random draws, and a
 # uniform draw of a few dozen prompts can fall well below its mean
@@ -79,12 +79,9 @@ def known_wave_floor_s(row: CorpusRow, catalogue: Catalogue) -> tuple[float, int
 def _cached_tokens(row: CorpusRow, prompts: list[int]) -> list[int]:
     """The most of each prompt a prefix cache can hold before the run: what the row's ``earlier_runs``
     sent of the same document (all of it kept), and all of request 0's (the warm-up request sent it)."""
-    match = SGLANG_RANDOM_DATASET.match(row.dataset)
-    assert match is not None
     num = len(prompts)
     cached = [0] * num
-    for prompt_len, output_len, runs in row.earlier_runs:
-        earlier = sglang_random_lengths(prompt_len, output_len, runs, bool(match.group(3)))[0]
+    for earlier, _ in earlier_run_draws(row):
         for i, tokens in enumerate(earlier[:num]):
             cached[i] = max(cached[i], tokens)
     cached[0] = prompts[0]

@@ -289,17 +289,21 @@ def _sglang_random(
     return lengths, assumption, None
 
 
+def earlier_run_draws(row: CorpusRow) -> list[tuple[list[int], list[int]]]:
+    """The prompt and output lengths of each run the row's ``earlier_runs`` names, oldest first, drawn as
+    the row's own ``sglang-random-IN-OUT[-from0]`` dataset draws them."""
+    match = SGLANG_RANDOM_DATASET.match(row.dataset)
+    assert match is not None
+    from_zero = bool(match.group(3))
+    return [sglang_random_lengths(length, output, num, from_zero) for length, output, num in row.earlier_runs]
+
+
 def _earlier_runs(row: CorpusRow, first_prompt: int, first_output: int) -> list[dict[str, list[int]]]:
     """What ran on the row's server before its measured requests, oldest first: the runs its
     ``earlier_runs`` feature names, then ``bench_serving``'s warm-up request (``benchmark`` in
     ``python/sglang/bench_serving.py``: request 0's prompt, at most 32 output tokens; the radix cache is
     flushed only with ``--flush-cache``)."""
-    match = SGLANG_RANDOM_DATASET.match(row.dataset)
-    assert match is not None
-    runs = []
-    for prompt_len, output_len, num in row.earlier_runs:
-        prompts, outputs = sglang_random_lengths(prompt_len, output_len, num, bool(match.group(3)))
-        runs.append({"prompt_tokens": prompts, "output_tokens": outputs})
+    runs = [{"prompt_tokens": prompts, "output_tokens": outputs} for prompts, outputs in earlier_run_draws(row)]
     runs.append({"prompt_tokens": [first_prompt], "output_tokens": [min(first_output, SGLANG_WARMUP_OUTPUT_TOKENS)]})
     return runs
 
