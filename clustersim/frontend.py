@@ -9,10 +9,14 @@ done, ``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt
 streaming runs in the same process, interleaved with that work (an asyncio event loop), so it is a
 load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
 to streaming, a request's parse takes ``work / (1 - rho)``. ``rho`` is ``per_output_token_s`` times
-the token rate the server is streaming, estimated from the requests it passed that have completed: an
-exponentially weighted rate of their output tokens with a time constant of ``STREAMING_TIME_CONSTANT_S``
-(completions are the same in both simulation modes, so the estimate is too), capped at
-``MAX_STREAMING_SHARE``.
+the token rate the server is streaming: the requests it handed to its replica that have not ended yet,
+each at the token rate one request streams, estimated from the ones that completed (``(output tokens - 1) / (finish - first token)``,
+averaged over the first :data:`RATE_SAMPLES` and then weighing each new one by ``1 / RATE_SAMPLES``), capped at
+``MAX_STREAMING_SHARE``. Requests are handed over and end at the same instants in both simulation
+modes, so the estimate is the same in both. (A rate estimated from completions alone lags a request's
+life behind a wave of arrivals: a burst of short requests was parsed at full speed while hundreds
+streamed, and the server came out more than 100% busy.)
+
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
 that a real server parses together (docs/validation.md). Deliveries are timers at arrival priority, so
@@ -21,7 +25,6 @@ they interleave with arrivals at one instant in scheduling order, in both modes 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from simpy.events import Event
@@ -30,7 +33,7 @@ from clustersim.clock import Clock
 from clustersim.workload.request import Request
 
 ARRIVAL_PRIORITY = 1  # SimPy's NORMAL: the priority arrivals have
-STREAMING_TIME_CONSTANT_S = 10.0  # assumption: the streaming rate's memory, several requests' lives
+RATE_SAMPLES = 16  # assumption: the per-request streaming rate is the mean of about this many completions
 MAX_STREAMING_SHARE = 0.9  # assumption: streaming leaves the server at least a tenth of its time to parse
 
 
@@ -50,22 +53,27 @@ class FrontEnd:
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over requests
         self.max_delay_s = 0.0
         self._passing: dict[int, Request] = {}  # in the front end now, by request id (not yet delivered)
-        self._rate_tokens_per_s = 0.0  # the streaming rate estimated at _rate_at_s (completed requests)
-        self._rate_at_s = 0.0
+        self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
+        self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
+        self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
 
-    def _streaming_rate(self, at_s: float) -> float:
-        """The estimated streaming rate (output tokens per second) at ``at_s``: the last estimate, decayed."""
-        return self._rate_tokens_per_s * math.exp((self._rate_at_s - at_s) / STREAMING_TIME_CONSTANT_S)
+    def streaming_share(self) -> float:
+        """The share of the server's time that streaming takes now (capped)."""
+        rate_tokens_per_s = len(self._streaming) * self._tokens_per_s_per_request
+        return min(self.per_output_token_s * rate_tokens_per_s, MAX_STREAMING_SHARE)
 
-    def streaming_share(self, at_s: float) -> float:
-        """The share of the server's time that streaming takes at ``at_s`` (capped)."""
-        return min(self.per_output_token_s * self._streaming_rate(at_s), MAX_STREAMING_SHARE)
-
-    def streamed(self, request: Request) -> None:
-        """``request``, which passed this front end, has completed: its output tokens were streamed."""
-        now = self.clock.now
-        self._rate_tokens_per_s = self._streaming_rate(now) + request.output_tokens / STREAMING_TIME_CONSTANT_S
-        self._rate_at_s = now
+    def ended(self, request: Request) -> None:
+        """``request``, which passed this front end, has ended; if it completed, its token rate joins
+        the estimate of one request's."""
+        self._streaming.discard(request.request_id)
+        first, finished = request.first_token_at_s, request.finished_at_s
+        if request.status != "completed" or request.output_tokens < 2 or first is None or finished is None:
+            return
+        if finished <= first:
+            return
+        rate = (request.output_tokens - 1) / (finished - first)
+        self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)
+        self._tokens_per_s_per_request += (rate - self._tokens_per_s_per_request) / self._num_rates
 
     @property
     def num_passing(self) -> int:
@@ -81,13 +89,14 @@ class FrontEnd:
         now = self.clock.now
         start_s = max(now, self.free_at_s)
         work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
-        ready_s = start_s + work_s / (1.0 - self.streaming_share(start_s))
+        ready_s = start_s + work_s / (1.0 - self.streaming_share())
         self.free_at_s = ready_s
         self.busy_s += work_s + self.per_output_token_s * request.output_tokens
         self.num_requests += 1
         self.delay_s += ready_s - now
         self.max_delay_s = max(self.max_delay_s, ready_s - now)
         if ready_s == now:
+            self._streaming.add(request.request_id)
             deliver(request)
             return
         timer = self.clock.timer_at(ready_s, ARRIVAL_PRIORITY)
@@ -95,6 +104,7 @@ class FrontEnd:
 
         def handed(_: Event) -> None:
             del self._passing[request.request_id]
+            self._streaming.add(request.request_id)
             deliver(request)
 
         timer.callbacks.append(handed)

@@ -198,8 +198,8 @@ def simulate(
 
     def on_final(request: Request) -> None:
         front = passed.pop(request.request_id, None)
-        if front is not None and request.status == "completed":
-            front.streamed(request)  # its tokens were streamed: the API server's load
+        if front is not None:
+            front.ended(request)  # no longer streaming through its API server
         log.record_request(request)
         completions.notify(request)  # closed-loop users wait for their request to end
         if lifecycle is not None:

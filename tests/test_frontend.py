@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import yaml
 from conftest import read_requests
 
 from clustersim.config.catalogue import Catalogue
-from clustersim.frontend import MAX_STREAMING_SHARE, STREAMING_TIME_CONSTANT_S, FrontEnd
+from clustersim.frontend import MAX_STREAMING_SHARE, FrontEnd
 
 # one replica of the roofline model (steps of milliseconds); the engine profile adds a front end
 REQUESTS = [
@@ -44,22 +42,34 @@ def engine_file(tmp_path):
     return path.name
 
 
-def _later_parse_s(rows) -> float:
-    """Request 2's parse: 0.5 s slowed by the share of the server that streaming requests 0 and 1 take."""
-    rate = sum(r["output_tokens"] * math.exp((r["finished_at_s"] - 10.0) / STREAMING_TIME_CONSTANT_S)
-               for r in rows[:2]) / STREAMING_TIME_CONSTANT_S  # fmt: skip
-    return 0.5 / (1.0 - 0.25 * rate)
-
-
 def test_requests_are_parsed_one_at_a_time_with_streaming_as_a_load(run_mapping, engine_file):
     rows = read_requests(run_mapping(scenario(engine_file)))
     # request 0: parsed 0 -> 0.5 s; request 1, sent with it, parsed 0.5 -> 1.0 s: nothing has been
     # streamed yet, and its parse does not wait for request 0's streaming
-    # request 2: arrives at 10 s, parsed at 1 / (1 - rho) the speed, rho the streaming share of 0 and 1
-    assert 0.5 < _later_parse_s(rows) < 0.55
-    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.0, 10.0 + _later_parse_s(rows)])
+    # request 2: arrives at 10 s, when both have ended: nothing streams, its parse takes 0.5 s
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.0, 10.5])
     # the replica finished request 0 within milliseconds and is idle when each request reaches it
     assert [r["arrival_at_s"] for r in rows] == [0.0, 0.0, 10.0]  # TTFT counts from the client's send
+
+
+def test_a_parse_slows_while_requests_stream(run_mapping, engine_file):
+    """Request 0 (3 tokens) completes within milliseconds of reaching the replica at 0.5 s: one request
+    streams some hundreds of tokens a second. Request 1 (2,000 tokens) reaches it at 1.5 s and streams
+    for seconds; request 2, sent at 3 s, is parsed while it streams: at 0.25 s per token the share is
+    capped, and its 0.5 s parse takes 0.5 / (1 - 0.9) = 5 s."""
+    mapping = scenario(engine_file)
+    mapping["workload"]["tenants"][0]["arrival"]["requests"] = [
+        {"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 3},
+        {"arrival_at_s": 1.0, "prompt_tokens": 4, "output_tokens": 2000},
+        {"arrival_at_s": 3.0, "prompt_tokens": 4, "output_tokens": 2},
+    ]
+    for fast in (True, False):
+        run = run_mapping({**mapping, "simulation": {"fast_forward": fast}})
+        rows = read_requests(run)
+        assert rows[1]["finished_at_s"] > 8.0  # still streaming when request 2's parse ends
+        assert run.summary["frontend"]["max_delay_s"] == pytest.approx(0.5 / (1.0 - 0.9))  # request 2's
+        # it joins request 1's decodes at the end of the step running when it reaches the replica
+        assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.5, 8.0], abs=0.02)
 
 
 def test_each_prompt_is_tokenized_on_the_one_thread(run_mapping, engine_file, tmp_path):
@@ -92,11 +102,10 @@ def test_both_modes_agree(run_mapping, engine_file):
 def test_the_summary_says_how_busy_the_front_end_was(run_mapping, engine_file):
     summary = run_mapping(scenario(engine_file)).summary
     front = summary["frontend"]
-    # busy 3 x 0.5 s + 6 tokens x 0.25 s = 3 s; delays 0.5 + 1.0 + request 2's slowed parse over 3 requests
-    later = _later_parse_s(read_requests(run_mapping(scenario(engine_file))))
+    # busy 3 x 0.5 s + 6 tokens x 0.25 s = 3 s; delays 0.5 + 1.0 + 0.5 s over 3 requests
     assert front["num_requests"] == 3
     assert front["mean_busy_frac"] == pytest.approx(3.0 / summary["makespan_s"])
-    assert front["mean_delay_s"] == pytest.approx((0.5 + 1.0 + later) / 3)
+    assert front["mean_delay_s"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
     assert front["max_delay_s"] == pytest.approx(1.0)
     assert "frontend" not in run_mapping(scenario(engine_file, frontend=False)).summary
 
@@ -116,31 +125,35 @@ class _Clock:
     now = 0.0
 
 
-def _completed(output_tokens: int):
-    class Done:
-        pass
+class _Request:
+    def __init__(self, request_id: int, output_tokens: int) -> None:
+        self.request_id, self.output_tokens, self.prompt_tokens = request_id, output_tokens, 4
+        self.status, self.first_token_at_s, self.finished_at_s = "running", None, None
 
-    done = Done()
-    done.output_tokens = output_tokens  # type: ignore[attr-defined]
-    return done
+    def completed(self, first_token_at_s: float, finished_at_s: float) -> _Request:
+        self.status, self.first_token_at_s, self.finished_at_s = "completed", first_token_at_s, finished_at_s
+        return self
 
 
-def test_the_streaming_share_follows_the_completed_token_rate_and_is_capped():
+def test_the_streaming_share_is_the_requests_in_the_engine_at_one_requests_token_rate():
     clock = _Clock()
-    front = FrontEnd(clock, 0.003, 0.001)  # type: ignore[arg-type]
-    for second in range(1, 201):  # a steady 100 tokens/s for 200 s: the estimate converges on it
-        clock.now = float(second)
-        front.streamed(_completed(100))  # type: ignore[arg-type]
-    assert front.streaming_share(200.0) == pytest.approx(0.1, rel=0.06)
-    # it decays when the streaming stops, one time constant at a time
-    assert front.streaming_share(200.0 + STREAMING_TIME_CONSTANT_S) == pytest.approx(
-        front.streaming_share(200.0) / math.e
-    )
-    busy = FrontEnd(clock, 0.003, 0.1)  # type: ignore[arg-type]  # 100 tokens/s x 0.1 s: more than the server
-    for second in range(1, 201):
-        clock.now = float(second)
-        busy.streamed(_completed(100))  # type: ignore[arg-type]
-    assert busy.streaming_share(200.0) == MAX_STREAMING_SHARE
+    front = FrontEnd(clock, 0.0, 0.001)  # type: ignore[arg-type]  # no parse: each reaches its replica at once
+    requests = [_Request(i, 101) for i in range(5)]
+    for request in requests:
+        front.submit(request, lambda _: None)  # type: ignore[arg-type]
+    assert front.streaming_share() == 0.0  # none has completed: no token rate known yet
+    front.ended(requests[0].completed(1.0, 2.0))  # type: ignore[arg-type]  # 100 tokens in 1 s
+    assert front.streaming_share() == pytest.approx(4 * 100 * 0.001)  # four streaming at 100 tokens/s
+    requests[1].status = "rejected"
+    front.ended(requests[1])  # type: ignore[arg-type]  # ended without a rate of its own
+    assert front.streaming_share() == pytest.approx(3 * 100 * 0.001)
+    front.ended(requests[2].completed(2.0, 2.5))  # type: ignore[arg-type]  # 200 tokens/s: the mean of two
+    assert front.streaming_share() == pytest.approx(2 * 150 * 0.001)
+    busy = FrontEnd(clock, 0.0, 0.1)  # type: ignore[arg-type]  # 100 tokens/s x 0.1 s: more than the server
+    for request in (_Request(10, 101), _Request(11, 101)):
+        busy.submit(request, lambda _: None)  # type: ignore[arg-type]
+    busy.ended(_Request(10, 101).completed(1.0, 2.0))  # type: ignore[arg-type]
+    assert busy.streaming_share() == MAX_STREAMING_SHARE
 
 
 def test_a_wave_sent_together_is_parsed_together_whatever_it_will_stream(run_mapping, engine_file):
