@@ -10,12 +10,13 @@ streaming runs in the same process, interleaved with that work (an asyncio event
 load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
 to streaming, a request's parse takes ``work / (1 - rho)``. ``rho`` is ``per_output_token_s`` times
 the token rate the server is streaming: the requests it handed to its replica that have not ended yet,
-each at the token rate one request streams, estimated from the ones that completed (``(output tokens - 1) / (finish - first token)``,
-averaged over the first :data:`RATE_SAMPLES` and then weighing each new one by ``1 / RATE_SAMPLES``), capped at
-``MAX_STREAMING_SHARE``. Requests are handed over and end at the same instants in both simulation
-modes, so the estimate is the same in both. (A rate estimated from completions alone lags a request's
-life behind a wave of arrivals: a burst of short requests was parsed at full speed while hundreds
-streamed, and the server came out more than 100% busy.)
+each at the token rate one request streams, estimated from the ones that completed
+(``(output tokens - 1) / (finish - first token)``, averaged over the first :data:`RATE_SAMPLES` and
+then weighing each new one by ``1 / RATE_SAMPLES``), capped at ``MAX_STREAMING_SHARE``. Requests
+are handed over and end at the same instants in both simulation modes, so the estimate is the same in
+both. Before the first completion no rate is known and the server parses at full speed: a burst
+shorter than one request's life is parsed as if nothing streamed. (The token rate of completed
+requests, the estimate before, lagged a request's life behind every change of load.)
 
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
