@@ -16,6 +16,7 @@ from clustersim.config.profiles import (
     HardwareProfile,
     KVMemoryRule,
     ModelProfile,
+    WeightScaling,
     engine_scales,
 )
 from clustersim.config.scenario import Precision
@@ -57,6 +58,7 @@ class ModelShape:
     kv_bytes_per_element: float
     activation_bytes_per_element: float = 2.0
     weight_precision: Precision = "bf16"
+    weight_scaling: WeightScaling = "tensor"  # "block": FP8 weights with 128 x 128 block scales
     qkv_bias: bool = False
     num_experts: int = 0
     num_experts_per_token: int = 0
@@ -75,15 +77,22 @@ class ModelShape:
         profile: ModelProfile,
         weight_precision: Precision | None = None,
         kv_cache_precision: Precision | None = None,
+        weight_scaling: WeightScaling | None = None,
     ) -> ModelShape:
         """The model as profiled, optionally served with other weight or KV-cache precisions.
 
         Without overrides, weights keep the profile's ``weight_bytes_per_param`` and the KV cache is
-        16-bit (the activation type), as vLLM's ``kv_cache_dtype: auto`` does.
+        16-bit (the activation type), as vLLM's ``kv_cache_dtype: auto`` does. ``weight_scaling``
+        (None): the published checkpoint's (its profile's ``weight_scaling``) when the weights keep its
+        precision, else per tensor.
         """
         native = precision_of_bytes(profile.weight_bytes_per_param.value)
         weights = weight_precision or native
         kv = kv_cache_precision or "bf16"
+        published = profile.weight_scaling.value if profile.weight_scaling is not None else "tensor"
+        scaling = weight_scaling or (published if weights == native else "tensor")
+        if scaling == "block" and weights != "fp8":
+            raise ValueError(f"weight_scaling: block scales are FP8 weights', not {weights}")
 
         def opt(value: object, default: int = 0) -> int:
             cited = getattr(profile, str(value))
@@ -104,6 +113,7 @@ class ModelShape:
             weight_bytes_per_param=BYTES_PER_ELEMENT[weights],
             kv_bytes_per_element=BYTES_PER_ELEMENT[kv],
             weight_precision=weights,
+            weight_scaling=scaling,
             qkv_bias=bool(profile.qkv_bias.value) if profile.qkv_bias is not None else False,
             num_experts=opt("num_experts"),
             num_experts_per_token=opt("num_experts_per_token"),
@@ -120,8 +130,9 @@ class ModelShape:
     def with_precision(self, weights: Precision | None, kv_cache: Precision | None) -> ModelShape:
         """The same model with other weight and/or KV-cache precisions (``None`` keeps the current one)."""
         shape = self
-        if weights is not None:
-            shape = replace(shape, weight_precision=weights, weight_bytes_per_param=BYTES_PER_ELEMENT[weights])
+        if weights is not None and weights != self.weight_precision:  # another format: scaled per tensor
+            size = BYTES_PER_ELEMENT[weights]
+            shape = replace(shape, weight_precision=weights, weight_bytes_per_param=size, weight_scaling="tensor")
         if kv_cache is not None:
             shape = replace(shape, kv_bytes_per_element=BYTES_PER_ELEMENT[kv_cache])
         return shape
@@ -242,7 +253,8 @@ class ModelShape:
         """The model as its LM head GEMM sees it: 16-bit weights (see :attr:`embedding_bytes_per_param`)."""
         if self.weight_bytes_per_param >= self.activation_bytes_per_element:
             return self
-        return replace(self, weight_bytes_per_param=self.activation_bytes_per_element, weight_precision="bf16")
+        sixteen_bit = self.activation_bytes_per_element
+        return replace(self, weight_bytes_per_param=sixteen_bit, weight_precision="bf16", weight_scaling="tensor")
 
     def weight_bytes(self) -> float:
         """Bytes of all weights of one model copy (embedding and LM head at 16 bits)."""
@@ -386,6 +398,7 @@ class GpuSpec:
     memory_reported_bytes: float | None = None  # what the CUDA driver reports as total (None: memory_bytes)
     elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
     moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
+    block_efficiency_scale: float = 1.0  # GEMMs of block-scaled FP8 weights against per-tensor FP8 GEMMs
     engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
@@ -464,6 +477,7 @@ class GpuSpec:
             decode_attention_latency_s=spec.decode_attention_latency_s * latency,
             prefill_attention_latency_s=spec.prefill_attention_latency_s * latency,
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
+            block_efficiency_scale=scales.block_scale.value if scales.block_scale is not None else 1.0,
             engine=_scaled_engine_spec(engine_spec, scales, spec.interconnect_latency_s),
         )
 

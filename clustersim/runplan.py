@@ -258,7 +258,12 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     hardware = catalogue.hardware(group.hardware, source, f"{where_from}.hardware")
     model_profile = catalogue.model(scenario.cluster.model, source)
     engine = catalogue.engine(group.engine, source, f"{where_from}.engine")
-    model = ModelShape.from_profile(model_profile, group.weight_precision, group.kv_cache_precision)
+    try:
+        model = ModelShape.from_profile(
+            model_profile, group.weight_precision, group.kv_cache_precision, group.weight_scaling
+        )
+    except ValueError as e:
+        raise ConfigError(source, f"{where_from}.weight_scaling", str(e).removeprefix("weight_scaling: ")) from None
     gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)

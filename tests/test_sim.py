@@ -132,6 +132,19 @@ def test_model_that_does_not_fit_fails_with_sizes(run_mapping):
     assert run_mapping({**raw, "stop": {"max_requests": 20}}).summary["num_requests"]["completed"] == 20
 
 
+def test_block_scaled_weights_need_fp8_weights(run_mapping):
+    raw = {**CHAT, "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "weight_scaling": "block"}}
+    with pytest.raises(ConfigError) as info:
+        run_mapping(raw)
+    assert str(info.value) == "test.yaml: cluster.weight_scaling: block scales are FP8 weights', not bf16"
+    raw["cluster"]["weight_precision"] = "fp8"
+    raw["stop"] = {"max_requests": 20}
+    block = run_mapping(raw).summary
+    assert block["num_requests"]["completed"] == 20
+    raw["cluster"]["weight_scaling"] = "tensor"  # priced alike while the engine carries no block_scale
+    assert run_mapping(raw).summary["ttft_s"] == block["ttft_s"]
+
+
 def test_tensor_parallel_must_divide_heads(run_mapping):
     with pytest.raises(ConfigError, match=r"cluster\.tensor_parallel: 3 does not divide Llama-3.1-8B's 32"):
         run_mapping({**CHAT, "cluster": {**CHAT["cluster"], "tensor_parallel": 3}})

@@ -14,6 +14,10 @@ T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
 KVMemoryRule = Literal["of_total", "static", "of_free"]
 Precision = Literal["bf16", "fp16", "fp8", "fp4"]  # number formats of weights and KV caches
+# how FP8 weights carry their scales: one per tensor or output channel, applied after the GEMM ("tensor"),
+# or one per 128 x 128 weight block with one per 128 activations of a token, applied inside it ("block",
+# DeepSeek-V3's format: config.json quantization_config.weight_block_size [128, 128])
+WeightScaling = Literal["tensor", "block"]
 # GPU generations whose kernels an engine profile scales together (EngineProfile.efficiency)
 GpuFamily = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 
@@ -133,6 +137,8 @@ class ModelProfile(_Physical):
     qk_nope_head_dim: Cited[int] | None = None
     qk_rope_head_dim: Cited[int] | None = None
     v_head_dim: Cited[int] | None = None
+    # how the published checkpoint's FP8 weights are scaled (absent: per tensor or channel)
+    weight_scaling: Cited[WeightScaling] | None = None
 
     @model_validator(mode="after")
     def _stored_precision(self) -> ModelProfile:
@@ -141,6 +147,9 @@ class ModelProfile(_Physical):
                 f"weight_bytes_per_param: {self.weight_bytes_per_param.value:g} is not a precision clustersim "
                 "models (2: bf16/fp16, 1: fp8, 0.5: fp4)"
             )
+        block = self.weight_scaling is not None and self.weight_scaling.value == "block"
+        if block and self.weight_bytes_per_param.value != 1:
+            raise ValueError("weight_scaling: block scales are FP8 weights' (weight_bytes_per_param 1)")
         return self
 
 
@@ -156,7 +165,8 @@ class EfficiencyScales(_Physical):
     one is not capped), ``kernel_latency_scale`` the GPU profile's fixed time per kernel (GEMM,
     element-wise and both attention latencies: what a small batch's step is made of; not capped either),
     ``eager_launch_scale`` the engine's eager launch times (``launch_overhead_per_layer_eager_s`` and
-    ``launch_overhead_per_kernel_eager_s``; not capped).
+    ``launch_overhead_per_kernel_eager_s``; not capped), ``block_scale`` both efficiencies of GEMMs
+    whose FP8 weights carry block scales (dense and grouped), against per-tensor FP8 GEMMs'.
     Absent: 1.
     """
 
@@ -170,6 +180,7 @@ class EfficiencyScales(_Physical):
     comm_latency_scale: Cited[float] | None = None
     kernel_latency_scale: Cited[float] | None = None
     eager_launch_scale: Cited[float] | None = None
+    block_scale: Cited[float] | None = None
 
 
 class KernelRelease(StrictModel):

@@ -23,6 +23,7 @@ from clustersim.config.base import SLO, StrictModel
 from clustersim.config.disagg import Disaggregation
 from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
 from clustersim.config.profiles import Precision as Precision  # re-exported: the scenario fields' type
+from clustersim.config.profiles import WeightScaling
 from clustersim.config.releases import checked_release
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
@@ -49,6 +50,7 @@ class ReplicaGroup(StrictModel):
     pipeline_parallel: PositiveInt | None = None
     engine: str | None = None
     weight_precision: WeightPrecision | None = None
+    weight_scaling: WeightScaling | None = None
     kv_cache_precision: KVPrecision | None = None
     role: Role = "both"
 
@@ -66,6 +68,7 @@ class ResolvedGroup:
     weight_precision: WeightPrecision | None
     kv_cache_precision: KVPrecision | None
     role: Role = "both"
+    weight_scaling: WeightScaling | None = None
 
 
 MAX_REPLICAS = 100_000  # far beyond any single deployment; a million would take minutes and gigabytes just to start
@@ -76,6 +79,10 @@ class Cluster(StrictModel):
 
     ``weight_precision`` / ``kv_cache_precision`` override the model's own (``None``: weights as
     published, a 16-bit KV cache); FP8/FP4 weights also run GEMMs at the GPU's FP8/FP4 peak.
+    ``weight_scaling``: how FP8 weights carry their scales, ``tensor`` (per tensor or output channel, as
+    ModelOpt, llm-compressor and ``--quantization fp8`` checkpoints do) or ``block`` (per 128 x 128 block,
+    DeepSeek-V3's format and ``Qwen/*-FP8``'s); unset: the published checkpoint's when the weights keep
+    its precision (the model profile's ``weight_scaling``), else ``tensor``.
     ``groups`` makes a heterogeneous cluster (e.g. some H100 TP1 and some A100 TP2 replicas): each
     group's unset fields take the cluster-level values, and ``num_replicas`` is their total.
     ``frontend``: requests reach each replica through its engine's HTTP front end (the API server
@@ -94,6 +101,7 @@ class Cluster(StrictModel):
     pipeline_parallel: PositiveInt = 1
     engine: str = "vllm"
     weight_precision: WeightPrecision | None = None
+    weight_scaling: WeightScaling | None = None
     kv_cache_precision: KVPrecision | None = None
     groups: tuple[ReplicaGroup, ...] = ()
     frontend: bool = True
@@ -128,6 +136,7 @@ class Cluster(StrictModel):
                 ResolvedGroup(
                     "cluster", self.num_replicas, self.hardware, self.tensor_parallel, self.pipeline_parallel,
                     self.engine, self.weight_precision, self.kv_cache_precision,
+                    weight_scaling=self.weight_scaling,
                 )
             ]  # fmt: skip
         return [
@@ -141,6 +150,7 @@ class Cluster(StrictModel):
                 g.weight_precision or self.weight_precision,
                 g.kv_cache_precision or self.kv_cache_precision,
                 g.role,
+                g.weight_scaling or self.weight_scaling,
             )
             for i, g in enumerate(self.groups)
         ]

@@ -98,6 +98,8 @@ FEATURES = {
     "multi_node": "the deployment spans nodes",
     "max_utilization": "TensorRT-LLM's batch_scheduler_policy MAX_UTILIZATION (its default is GUARANTEED_NO_EVICT)",
     "chunked_context": "TensorRT-LLM's enable_chunked_context (off by default)",
+    "block_fp8": "FP8 weights with 128 x 128 block scales (quantization_config.weight_block_size), where the "
+    "model profile's published checkpoint does not already say so (Qwen/*-FP8)",
 }
 TRTLLM_FEATURES = ("max_utilization", "chunked_context")  # TensorRT-LLM's runtime options
 # ``p99_bound=<TTFT ms>/<TPOT ms>``: the load is the highest rate at which the 99th percentiles of TTFT and

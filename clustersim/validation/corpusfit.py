@@ -19,6 +19,9 @@ Per GPU family, shared by every engine (one factor, pulled towards 1 like an eng
 Engine-wide, where rows need them:
 
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
+- ``block`` (rows whose FP8 weights carry 128 x 128 block scales): their GEMMs, dense and grouped, against
+  per-tensor FP8 GEMMs (the block-scaled kernels each engine runs: DeepGEMM, CUTLASS's blockwise GEMM,
+  Triton's, AITER's, which reach from under half of the 16-bit GEMM's rate to near per-tensor FP8's);
 - ``eager`` (rows of an engine that launches eager steps' kernels from Python): its eager launch times
   (``launch_overhead_per_layer_eager_s``, ``launch_overhead_per_kernel_eager_s``) against their measured
   values, which PyTorch and Triton launches of a plain decoder layer set (validation/kernels/host);
@@ -62,6 +65,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
+from clustersim.architecture import ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
@@ -89,12 +93,14 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     "comm": ("comm_scale",),
     "comm_latency": ("comm_latency_scale",),
     "eager": ("eager_launch_scale",),
+    "block": ("block_scale",),
     "latency": ("kernel_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
-ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager")  # engine-wide scales, written into every family's block
+# engine-wide scales, written into every family's block
+ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block")
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
@@ -110,7 +116,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | frontend
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | frontend
     family: str | None = None
     max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
@@ -136,7 +142,7 @@ class FitParam:
             return row.served and self.engine == row.engine
         if (self.kind == "moe" and not row.moe) or (self.kind in COMM_KINDS and not row.multi_gpu):
             return False
-        if self.kind == "eager" and not row.eager:
+        if (self.kind == "eager" and not row.eager) or (self.kind == "block" and not row.block):
             return False
         return any(self.applies(atom) for atom in row.atoms(self.kind))
 
@@ -154,6 +160,7 @@ class FitRow:
     multi_gpu: bool = False  # a replica spans GPUs (tensor or pipeline parallel): it communicates
     eager: bool = False  # its engine launches eager steps' kernels from Python (a measured cost per kernel)
     frontend_max_ms: float = math.inf  # the most front-end time per request a fit may add (a cited ceiling)
+    block: bool = False  # its FP8 weights carry block scales
 
     def atoms(self, kind: str) -> list[Atom]:
         """The scales of ``kind`` this row runs with (none without a GPU family)."""
@@ -179,7 +186,9 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         cluster = b.mapping["cluster"]
         hardware = catalogue.hardware(cluster["hardware"])
         family = hardware.family.value if hardware.family is not None else None
-        moe = catalogue.model(cluster["model"]).num_experts is not None
+        profile = catalogue.model(cluster["model"])
+        moe = profile.num_experts is not None
+        shape = ModelShape.from_profile(profile, cluster.get("weight_precision"), None, cluster.get("weight_scaling"))
         task = task_of(b)
         served = bool(cluster.get("frontend", True))
         gpus = int(cluster.get("tensor_parallel", 1)) * int(cluster.get("pipeline_parallel", 1))
@@ -187,7 +196,8 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         eager = engine.launch_overhead_per_kernel_eager_s is not None
         ceiling = engine.frontend_fitted_max_per_request_s
         most = ceiling.value * 1e3 if ceiling is not None else math.inf
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most))
+        block = shape.weight_scaling == "block"
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most, block))
     return found
 
 
@@ -206,6 +216,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
                 params.update(FitParam(r.engine, kind) for kind in COMM_KINDS)
             if r.eager:
                 params.add(FitParam(r.engine, "eager"))
+            if r.block:
+                params.add(FitParam(r.engine, "block"))
         if r.served and r.frontend_max_ms > 0:
             params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))

@@ -510,6 +510,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         cluster["engine_version"] = row.engine_version.strip()
     if precision is not None:
         cluster["weight_precision"] = precision
+    if "block_fp8" in row.features:
+        cluster["weight_scaling"] = "block"
     if row.kv_precision is not None:
         cluster["kv_cache_precision"] = row.kv_precision
     scheduler: dict[str, Any] = {}

@@ -567,3 +567,31 @@ def test_graph_padding_rows_route_to_the_same_experts(tokens, padded):
         routed_independently=independent,
     ).op("moe")
     assert moe.time_s == pytest.approx(expected.time_s, rel=1e-12) and moe.bytes == pytest.approx(expected.bytes)
+
+
+def test_block_scaled_fp8_weights_run_their_gemms_at_the_engines_block_efficiency():
+    catalogue = Catalogue.builtin()
+    deepseek = ModelShape.from_profile(catalogue.model("DeepSeek-V3"))  # its published FP8 checkpoint
+    assert (deepseek.weight_precision, deepseek.weight_scaling) == ("fp8", "block")
+    assert deepseek.with_precision("fp4", None).weight_scaling == "tensor"  # another format: per tensor
+    assert deepseek.head_shape().weight_scaling == "tensor"  # the LM head keeps 16-bit weights
+    assert ModelShape.from_profile(catalogue.model("DeepSeek-V3"), "fp4").weight_scaling == "tensor"
+    llama = catalogue.model("Llama-3.1-70B")
+    assert ModelShape.from_profile(llama, "fp8").weight_scaling == "tensor"
+    block = ModelShape.from_profile(llama, "fp8", None, "block")
+    with pytest.raises(ValueError, match="block scales are FP8 weights', not bf16"):
+        ModelShape.from_profile(llama, None, None, "block")
+    base = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm"))
+    half = replace(base, block_efficiency_scale=0.5)
+    prefill = StepBatch(prefill_new_tokens=(4096,), prefill_context_tokens=(0,))
+    decode = StepBatch(num_decode_seqs=8, decode_context_tokens=8000)
+    for batch in (prefill, decode):  # compute-bound and memory-bound GEMMs alike
+        slow, fast = price_step(batch, block, half, 8).op("linear"), price_step(batch, block, base, 8).op("linear")
+        no_latency = replace(base, gemm_kernel_latency_s=0.0)
+        latency_s = fast.time_s - price_step(batch, block, no_latency, 8).op("linear").time_s
+        assert slow.time_s - latency_s == pytest.approx(2 * (fast.time_s - latency_s), rel=1e-9)
+        per_tensor = ModelShape.from_profile(llama, "fp8")
+        assert price_step(batch, per_tensor, half, 8).op("linear").time_s == fast.time_s  # not block-scaled
+    moe = replace(half, block_efficiency_scale=1.0)
+    slow_experts = price_step(prefill, deepseek, half, 8).op("moe").time_s
+    assert slow_experts > price_step(prefill, deepseek, moe, 8).op("moe").time_s

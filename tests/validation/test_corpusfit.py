@@ -182,6 +182,26 @@ def test_eager_launches_are_fitted_for_engines_that_launch_from_python_and_scale
         assert fitted.launch_overhead_per_layer_graph_s == plain.launch_overhead_per_layer_graph_s
 
 
+def test_block_scaled_fp8_rows_fit_one_engine_wide_scale_on_their_gemms():
+    rows = [
+        dataclasses.replace(BASE, row_id="a-block", publisher="a", weight_precision="fp8", features=frozenset({"block_fp8"})),
+        dataclasses.replace(BASE, row_id="a-tensor", publisher="a", weight_precision="fp8"),
+        dataclasses.replace(BASE, row_id="b-deepseek", publisher="b", model="deepseek-ai/DeepSeek-R1", weight_precision="fp8",
+                            engine="sglang", engine_version="0.5.6", gpu="H200", tp=8, num_gpus=8),
+        dataclasses.replace(BASE, row_id="b-deepseek-fp4", publisher="b", model="nvidia/DeepSeek-R1-FP4",
+                            weight_precision="fp4", engine="sglang", engine_version="0.5.6", gpu="B200", tp=8, num_gpus=8),
+    ]  # fmt: skip
+    found = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    # the row's feature, and DeepSeek's own FP8 checkpoint (its profile's weight_scaling); not its FP4 one
+    assert [r.block for r in found] == [True, False, True, False]
+    block = [p for p in parameters(found) if p.kind == "block"]
+    assert [p.label for p in block] == ["sglang.block", "vllm-v1.block"]
+    assert [r.row.row_id for r in found if block[1].touches_row(r)] == ["a-block"]
+    engine = engines_with(reference_engines(CATALOGUE), block[1:], [0.5])["vllm-v1"]
+    for gpu in ("A100-80GB", "H100-SXM", "B200"):  # written into every family's block
+        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).block_efficiency_scale == pytest.approx(0.5)
+
+
 class _ClosedForm:
     """An evaluator whose 'simulation' is a closed form in each row's scales: to check the Jacobian."""
 
