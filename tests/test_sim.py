@@ -141,8 +141,8 @@ def test_block_scaled_weights_need_fp8_weights(run_mapping):
     raw["stop"] = {"max_requests": 20}
     block = run_mapping(raw).summary
     assert block["num_requests"]["completed"] == 20
-    raw["cluster"]["weight_scaling"] = "tensor"  # priced alike while the engine carries no block_scale
-    assert run_mapping(raw).summary["ttft_s"] == block["ttft_s"]
+    raw["cluster"]["weight_scaling"] = "tensor"  # vLLM's fitted block_scale is under 1: block-scaled is slower
+    assert run_mapping(raw).summary["tpot_s"]["mean"] < block["tpot_s"]["mean"]
 
 
 def test_tensor_parallel_must_divide_heads(run_mapping):

@@ -581,7 +581,9 @@ def test_block_scaled_fp8_weights_run_their_gemms_at_the_engines_block_efficienc
     block = ModelShape.from_profile(llama, "fp8", None, "block")
     with pytest.raises(ValueError, match="block scales are FP8 weights', not bf16"):
         ModelShape.from_profile(llama, None, None, "block")
-    base = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm"))
+    base = replace(
+        GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm")), block_efficiency_scale=1.0
+    )
     half = replace(base, block_efficiency_scale=0.5)
     prefill = StepBatch(prefill_new_tokens=(4096,), prefill_context_tokens=(0,))
     decode = StepBatch(num_decode_seqs=8, decode_context_tokens=8000)
