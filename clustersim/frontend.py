@@ -68,9 +68,7 @@ class FrontEnd:
         the estimate of one request's."""
         self._streaming.discard(request.request_id)
         first, finished = request.first_token_at_s, request.finished_at_s
-        if request.status != "completed" or request.output_tokens < 2 or first is None or finished is None:
-            return
-        if finished <= first:
+        if request.status != "completed" or request.output_tokens < 2 or not finished > first:  # NaN: unset
             return
         rate = (request.output_tokens - 1) / (finished - first)
         self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)

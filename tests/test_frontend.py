@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 from conftest import read_requests
@@ -128,7 +130,7 @@ class _Clock:
 class _Request:
     def __init__(self, request_id: int, output_tokens: int) -> None:
         self.request_id, self.output_tokens, self.prompt_tokens = request_id, output_tokens, 4
-        self.status, self.first_token_at_s, self.finished_at_s = "running", None, None
+        self.status, self.first_token_at_s, self.finished_at_s = "running", math.nan, math.nan
 
     def completed(self, first_token_at_s: float, finished_at_s: float) -> _Request:
         self.status, self.first_token_at_s, self.finished_at_s = "completed", first_token_at_s, finished_at_s
