@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
 
 from clustersim.config.base import StrictModel
-from clustersim.config.releases import checked_release, release_numbers
+from clustersim.config.releases import checked_release, runs_before
 
 MIB = 2**20
 GIB = 2**30
@@ -64,11 +64,7 @@ class GpuMemoryRule(StrictModel):
 
     def applies_to(self, version: str | None) -> bool:
         """Whether a run of release ``version`` (None: the current one) sizes its memory so."""
-        if version is None:
-            return True
-        numbers = release_numbers(version)
-        since = release_numbers(self.since_version)
-        return numbers is None or since is None or numbers >= since
+        return not runs_before(version, self.since_version)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from clustersim.config.base import StrictModel
 from clustersim.config.memorytiers import GpuMemoryRule
-from clustersim.config.releases import checked_release, release_numbers
+from clustersim.config.releases import checked_release, runs_before
 
 T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
@@ -325,12 +325,8 @@ def engine_scales(engine: EngineProfile, family: str | None, version: str | None
     current release): its ``efficiency`` block times every later ``kernel_releases`` entry's ``before``."""
     found = (engine.efficiency or {}).get(family) if family is not None else None  # type: ignore[call-overload]
     scales: EfficiencyScales = found or EfficiencyScales()
-    running = release_numbers(version) if version else None
-    if running is None:
-        return scales
     for release in engine.kernel_releases:
-        since = release_numbers(release.since_version)
-        if release.gpu_family == family and since is not None and running < since:
+        if release.gpu_family == family and runs_before(version, release.since_version):
             scales = _scaled_by(scales, release.before, release.since_version)
     return scales
 

@@ -18,3 +18,11 @@ def checked_release(text: str) -> str:
     if release_numbers(text) is None:
         raise ValueError(f"'{text}' is not a release number such as 0.4.2")
     return text
+
+
+def runs_before(version: str | None, since: str) -> bool:
+    """Whether a run of release ``version`` predates release ``since`` (False when either is not a
+    release number, or ``version`` is None: the profile's current release)."""
+    running = release_numbers(version) if version else None
+    first = release_numbers(since)
+    return running is not None and first is not None and running < first

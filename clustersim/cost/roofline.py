@@ -114,12 +114,18 @@ def _kernels(name: str, parts: Iterable[_Timed], count: float = 1.0, bound: Boun
     return OpCost(name, count * flops, count * num_bytes, count * time_s, chosen)
 
 
+def block_scale(model: ModelShape, gpu: GpuSpec) -> float:
+    """The engine's efficiency on GEMMs of ``model``'s weights against per-tensor FP8 GEMMs' (1 unless
+    they carry block scales)."""
+    return gpu.block_efficiency_scale if model.weight_scaling == "block" else 1.0
+
+
 def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """One GEMM: kernel latency plus the blended roofline at the weights' GEMM peak (block-scaled FP8
     weights at the engine's efficiency for them, ``block_efficiency_scale`` of per-tensor FP8's)."""
     flops = gemm.flops()
     num_bytes = gemm.bytes(model.weight_bytes_per_param, model.activation_bytes_per_element)
-    scale = gpu.block_efficiency_scale if model.weight_scaling == "block" else 1.0
+    scale = block_scale(model, gpu)
     compute_s = flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
     memory_s = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     time_s = gpu.gemm_kernel_latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
@@ -130,7 +136,7 @@ def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched, at the
     engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs'; block-scaled
     FP8 experts also ``block_efficiency_scale``)."""
-    scale = gpu.moe_efficiency_scale * (gpu.block_efficiency_scale if model.weight_scaling == "block" else 1.0)
+    scale = gpu.moe_efficiency_scale * block_scale(model, gpu)
     compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
