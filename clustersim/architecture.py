@@ -283,7 +283,7 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
 def _scaled_engine_spec(engine: EngineSpec, scales: EfficiencyScales, link_latency_s: float) -> EngineSpec:
     """``engine`` with the fitted scales that act on its own times: ``comm_latency_scale`` on its
     all-reduce latency (the GPU's link latency where it has none), ``eager_launch_scale`` on its eager
-    launches."""
+    and compiled launches."""
     if scales.comm_latency_scale is not None:
         latency_s = (engine.all_reduce_latency_s or link_latency_s) * scales.comm_latency_scale.value
         engine = replace(engine, all_reduce_latency_s=latency_s)
@@ -293,6 +293,7 @@ def _scaled_engine_spec(engine: EngineSpec, scales: EfficiencyScales, link_laten
             engine,
             launch_overhead_per_layer_eager_s=engine.launch_overhead_per_layer_eager_s * scale,
             launch_overhead_per_kernel_eager_s=engine.launch_overhead_per_kernel_eager_s * scale,
+            launch_overhead_per_layer_compiled_s=engine.launch_overhead_per_layer_compiled_s * scale,
         )
     return engine
 
@@ -315,6 +316,8 @@ class EngineSpec:
     launch_overhead_per_layer_graph_s: float = 0.0
     # per kernel an MoE layer or MLA block launches beyond a dense layer's, in an eager step (EngineProfile)
     launch_overhead_per_kernel_eager_s: float = 0.0
+    # per dense layer of a step no graph covers, run through compiled code (0: none, eager launches)
+    launch_overhead_per_layer_compiled_s: float = 0.0
     # launch-bound kernels the op list does not price, by the weights' precision (EngineProfile)
     small_kernels_per_moe_layer: tuple[tuple[Precision, int], ...] = ()
     small_kernels_per_mla_layer: tuple[tuple[Precision, int], ...] = ()
@@ -344,6 +347,7 @@ class EngineSpec:
             launch_overhead_per_layer_eager_s=opt(engine.launch_overhead_per_layer_eager_s),
             launch_overhead_per_layer_graph_s=opt(engine.launch_overhead_per_layer_graph_s),
             launch_overhead_per_kernel_eager_s=opt(engine.launch_overhead_per_kernel_eager_s),
+            launch_overhead_per_layer_compiled_s=opt(engine.launch_overhead_per_layer_compiled_s),
             small_kernels_per_moe_layer=_counts(engine.small_kernels_per_moe_layer),
             small_kernels_per_mla_layer=_counts(engine.small_kernels_per_mla_layer),
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),

@@ -3,20 +3,25 @@
 A served request is parsed and tokenized before the engine sees it, and its tokens are detokenized
 and streamed back as they come. vLLM's OpenAI server does this in one process, beside the engine
 core (its tokenizer is a single-thread executor, vLLM issue #25301: Hugging Face fast tokenizers are
-not thread-safe, vLLM PR #34789). Requests are parsed one at a time, first come first served: a
-request arriving at ``t`` starts at ``max(t, free)`` and reaches the replica's queue when its work is
-done, ``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt (tokenizing it). The
+not thread-safe, vLLM PR #34789). Requests are parsed one at a time, first come first served: the
+server starts on the next waiting request when it hands one over, and a parse's work is
+``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt (tokenizing it). The
 streaming runs in the same process, interleaved with that work (an asyncio event loop), so it is a
 load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
-to streaming, a request's parse takes ``work / (1 - rho)``. ``rho`` is ``per_output_token_s`` times
-the token rate the server is streaming: the requests it handed to its replica that have not ended yet,
-each at the token rate one request streams, estimated from the ones that completed
-(``(output tokens - 1) / (finish - first token)``, averaged over the first :data:`RATE_SAMPLES` and
-then weighing each new one by ``1 / RATE_SAMPLES``), capped at ``MAX_STREAMING_SHARE``. Requests
-are handed over and end at the same instants in both simulation modes, so the estimate is the same in
-both. Before the first completion no rate is known and the server parses at full speed: a burst
-shorter than one request's life is parsed as if nothing streamed. (The token rate of completed
-requests, the estimate before, lagged a request's life behind every change of load.)
+to streaming, a parse takes ``work / (1 - rho)``, ``rho`` taken when the parse starts (so a request
+waiting behind others is parsed at the load of its turn, not of its arrival), and streaming takes
+no more of the parse than the requests streaming then have tokens to stream. ``rho`` is
+``per_output_token_s`` times the token rate the server is streaming: the requests it handed to its
+replica that have not ended yet, each at the token rate one request streams, estimated from the ones
+that completed (``(output tokens - 1) / (finish - first token)``, averaged over the first
+:data:`RATE_SAMPLES` and then weighing each new one by ``1 / RATE_SAMPLES``), capped at
+``MAX_STREAMING_SHARE``. Before the first completion, the rate is the replica's modelled decode rate
+for those requests (``modelled_tokens_per_s``: their number, at most the engine's batch, over one
+pure-decode step's time at their mean contexts): a burst sent at once is throttled by the streaming
+of its first requests from the start, as a real server's is, rather than parsed at full speed for a
+request's whole life. Requests are handed over and end at the same instants in both simulation
+modes, and the modelled rate is a function of the requests handed over, so the estimate is the same
+in both.
 
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
@@ -26,9 +31,8 @@ they interleave with arrivals at one instant in scheduling order, in both modes 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
-
-from simpy.events import Event
 
 from clustersim.clock import Clock
 from clustersim.workload.request import Request
@@ -48,25 +52,46 @@ class FrontEnd:
         self.per_request_s = per_request_s
         self.per_output_token_s = per_output_token_s
         self.per_prompt_token_s = per_prompt_token_s
-        self.free_at_s = 0.0
         self.busy_s = 0.0
-        self.num_requests = 0
-        self.delay_s = 0.0  # from arrival to the replica's queue, summed over requests
+        self.num_requests = 0  # submitted
+        self.num_delivered = 0  # handed to the replica
+        self.delay_s = 0.0  # from arrival to the replica's queue, summed over the requests delivered
         self.max_delay_s = 0.0
         self._passing: dict[int, Request] = {}  # in the front end now, by request id (not yet delivered)
+        self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()  # head: parsing now
+        self._parsing = False  # whether the head of the queue is being parsed
         self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
         self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
+        self._streaming_context_tokens = 0.0  # the streaming requests' mean contexts, summed
+        self._streaming_output_tokens = 0  # the streaming requests' output tokens, summed
+        # before any completion: the tokens a second (num_seqs, context_tokens) would decode at its replica
+        self.modelled_tokens_per_s: Callable[[int, float], float] | None = None
         self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
 
     def streaming_share(self) -> float:
         """The share of the server's time that streaming takes now (capped)."""
-        rate_tokens_per_s = len(self._streaming) * self._tokens_per_s_per_request
+        num = len(self._streaming)
+        if self._num_rates or not num or self.modelled_tokens_per_s is None:
+            rate_tokens_per_s = num * self._tokens_per_s_per_request
+        else:
+            rate_tokens_per_s = self.modelled_tokens_per_s(num, self._streaming_context_tokens)
         return min(self.per_output_token_s * rate_tokens_per_s, MAX_STREAMING_SHARE)
+
+    def parse_s(self, work_s: float) -> float:
+        """How long ``work_s`` of parsing takes from now: ``work / (1 - rho)``, but streaming takes no
+        more of it than the requests streaming now have tokens left to stream (at most all of theirs)."""
+        share = self.streaming_share()
+        if share == 0.0:
+            return work_s
+        return min(work_s / (1.0 - share), work_s + self.per_output_token_s * self._streaming_output_tokens)
 
     def ended(self, request: Request) -> None:
         """``request``, which passed this front end, has ended; if it completed, its token rate joins
         the estimate of one request's."""
-        self._streaming.discard(request.request_id)
+        if request.request_id in self._streaming:
+            self._streaming.remove(request.request_id)
+            self._streaming_context_tokens -= _mean_context_tokens(request)
+            self._streaming_output_tokens -= request.output_tokens
         first, finished = request.first_token_at_s, request.finished_at_s
         if request.status != "completed" or request.output_tokens < 2 or not finished > first:  # NaN: unset
             return
@@ -85,42 +110,60 @@ class FrontEnd:
 
     def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
-        now = self.clock.now
-        start_s = max(now, self.free_at_s)
-        work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
-        ready_s = start_s + work_s / (1.0 - self.streaming_share())
-        self.free_at_s = ready_s
-        self.busy_s += work_s + self.per_output_token_s * request.output_tokens
-        self.num_requests += 1
-        self.delay_s += ready_s - now
-        self.max_delay_s = max(self.max_delay_s, ready_s - now)
-        if ready_s == now:
-            self._streaming.add(request.request_id)
-            deliver(request)
-            return
-        timer = self.clock.timer_at(ready_s, ARRIVAL_PRIORITY)
         self._passing[request.request_id] = request
+        self.num_requests += 1
+        self._waiting.append((request, deliver, self.clock.now))
+        if not self._parsing:  # the server was idle: it starts on this one now
+            self._start()
 
-        def handed(_: Event) -> None:
-            del self._passing[request.request_id]
-            self._streaming.add(request.request_id)
-            deliver(request)
+    def _start(self) -> None:
+        """Start parsing the request at the head of the queue, at the streaming share of now."""
+        request = self._waiting[0][0]
+        self._parsing = True
+        now = self.clock.now
+        work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
+        ready_s = now + self.parse_s(work_s)
+        self.busy_s += work_s + self.per_output_token_s * request.output_tokens
+        if ready_s == now:
+            self._hand_over()
+            return
+        self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._hand_over())
 
-        timer.callbacks.append(handed)
+    def _hand_over(self) -> None:
+        """The head request is parsed: deliver it, then start on the next one waiting."""
+        request, deliver, arrived_s = self._waiting.popleft()
+        self._parsing = False
+        delay_s = self.clock.now - arrived_s
+        self.num_delivered += 1
+        self.delay_s += delay_s
+        self.max_delay_s = max(self.max_delay_s, delay_s)
+        del self._passing[request.request_id]
+        self._streaming.add(request.request_id)
+        self._streaming_context_tokens += _mean_context_tokens(request)
+        self._streaming_output_tokens += request.output_tokens
+        deliver(request)  # may submit another request (a closed-loop user whose request was rejected)
+        if self._waiting and not self._parsing:
+            self._start()
 
     def close(self) -> list[Request]:
         """The clock stopped: the requests still in the front end, in no replica's queue (unfinished)."""
         return list(self._passing.values())
 
 
+def _mean_context_tokens(request: Request) -> float:
+    """The context ``request`` attends to, on average over its decode steps."""
+    return request.prompt_tokens + request.output_tokens / 2
+
+
 def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, float | int]:
     """The summary's ``frontend`` block: how busy the API servers were and how long requests spent there."""
     num = sum(f.num_requests for f in frontends)
+    delivered = sum(f.num_delivered for f in frontends)
     busy = [f.busy_s / span_s for f in frontends] if span_s > 0 else [0.0]
     return {
         "num_requests": num,
         "mean_busy_frac": sum(busy) / len(busy),
         "max_busy_frac": max(busy),
-        "mean_delay_s": sum(f.delay_s for f in frontends) / num if num else 0.0,
+        "mean_delay_s": sum(f.delay_s for f in frontends) / delivered if delivered else 0.0,
         "max_delay_s": max(f.max_delay_s for f in frontends),
     }

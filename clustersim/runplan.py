@@ -267,8 +267,9 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)
-    if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly
-        gpu = dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0))
+    if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly, nothing compiled
+        engine_spec = dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0, launch_overhead_per_layer_compiled_s=0.0)
+        gpu = dataclasses.replace(gpu, engine=engine_spec)
     if tp * pp > 1 and gpu.engine.step_overhead_per_worker_s:  # the step's inputs go to every worker
         gpu = dataclasses.replace(
             gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s

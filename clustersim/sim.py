@@ -216,6 +216,7 @@ def simulate(
     frontends = make_frontends(plan, clock)
     for replica, front in zip(replicas, frontends, strict=True) if frontends is not None else ():
         replica.frontend = front  # routers count the requests in it as sent to the replica
+        front.modelled_tokens_per_s = lambda n, c, replica=replica: replica.core.decode_tokens_per_s(n, c)
 
     def through_front_end(replica: Replica, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through ``replica``'s front end (counted as sent to it while there)."""

@@ -46,10 +46,11 @@ def engine_file(tmp_path):
 
 def test_requests_are_parsed_one_at_a_time_with_streaming_as_a_load(run_mapping, engine_file):
     rows = read_requests(run_mapping(scenario(engine_file)))
-    # request 0: parsed 0 -> 0.5 s; request 1, sent with it, parsed 0.5 -> 1.0 s: nothing has been
-    # streamed yet, and its parse does not wait for request 0's streaming
+    # request 0: parsed 0 -> 0.5 s; request 1, sent with it, parsed from 0.5 s while request 0 streams
+    # (at the replica's modelled rate, hundreds of tokens a second, x 0.25 s: the capped share), but
+    # streaming takes no more than request 0's 3 tokens x 0.25 s: 0.5 + 0.75 s, to 1.75 s
     # request 2: arrives at 10 s, when both have ended: nothing streams, its parse takes 0.5 s
-    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.0, 10.5])
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.75, 10.5])
     # the replica finished request 0 within milliseconds and is idle when each request reaches it
     assert [r["arrival_at_s"] for r in rows] == [0.0, 0.0, 10.0]  # TTFT counts from the client's send
 
@@ -76,13 +77,13 @@ def test_a_parse_slows_while_requests_stream(run_mapping, engine_file):
 
 def test_each_prompt_is_tokenized_on_the_one_thread(run_mapping, engine_file, tmp_path):
     """0.1 s per prompt token on top of 0.5 s per request: the two 4-token prompts sent together are
-    parsed 0 -> 0.9 s and 0.9 -> 1.8 s."""
+    parsed 0 -> 0.9 s and from 0.9 s, beside request 0's 3 tokens of streaming (0.75 s), to 2.55 s."""
     path = tmp_path / engine_file
     engine = yaml.safe_load(path.read_text())
     engine["frontend_per_prompt_token_s"] = {"value": 0.1, "source": "test: 0.1 s per prompt token"}
     path.write_text(yaml.safe_dump(engine))
     rows = read_requests(run_mapping(scenario(engine_file)))
-    assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.9, 1.8])
+    assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.9, 2.55])
 
 
 def test_no_front_end_offline(run_mapping, engine_file):
@@ -104,11 +105,11 @@ def test_both_modes_agree(run_mapping, engine_file):
 def test_the_summary_says_how_busy_the_front_end_was(run_mapping, engine_file):
     summary = run_mapping(scenario(engine_file)).summary
     front = summary["frontend"]
-    # busy 3 x 0.5 s + 6 tokens x 0.25 s = 3 s; delays 0.5 + 1.0 + 0.5 s over 3 requests
+    # busy 3 x 0.5 s + 6 tokens x 0.25 s = 3 s; delays 0.5 + 1.75 + 0.5 s over 3 requests
     assert front["num_requests"] == 3
     assert front["mean_busy_frac"] == pytest.approx(3.0 / summary["makespan_s"])
-    assert front["mean_delay_s"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)
-    assert front["max_delay_s"] == pytest.approx(1.0)
+    assert front["mean_delay_s"] == pytest.approx((0.5 + 1.75 + 0.5) / 3)
+    assert front["max_delay_s"] == pytest.approx(1.75)
     assert "frontend" not in run_mapping(scenario(engine_file, frontend=False)).summary
 
 
@@ -158,13 +159,16 @@ def test_the_streaming_share_is_the_requests_in_the_engine_at_one_requests_token
     assert busy.streaming_share() == MAX_STREAMING_SHARE
 
 
-def test_a_wave_sent_together_is_parsed_together_whatever_it_will_stream(run_mapping, engine_file):
-    wave = [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 40} for _ in range(4)]
+def test_a_wave_sent_together_waits_for_the_parses_before_it_not_the_waves_streaming(run_mapping, engine_file):
+    """Four requests of 2 tokens sent together. Each parse after the first starts while the request
+    handed over just before streams (the others have ended, within milliseconds of reaching the
+    replica): 0.5 s of parsing beside at most its 2 tokens x 0.25 s, not beside the streaming of the
+    whole wave (4 x 2 x 0.25 s) charged in one piece."""
+    wave = [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 2} for _ in range(4)]
     mapping = scenario(engine_file)
     mapping["workload"]["tenants"][0]["arrival"]["requests"] = wave
     rows = read_requests(run_mapping(mapping))
-    # each waits only for the parses before it (0.5 s each), not for 40 tokens x 0.25 s of streaming
-    assert sorted(r["first_scheduled_at_s"] for r in rows) == pytest.approx([0.5, 1.0, 1.5, 2.0])
+    assert sorted(r["first_scheduled_at_s"] for r in rows) == pytest.approx([0.5, 1.5, 2.5, 3.5])
 
 
 def test_a_request_in_a_front_end_counts_as_sent_to_its_replica(run_mapping, engine_file):
@@ -176,3 +180,39 @@ def test_a_request_in_a_front_end_counts_as_sent_to_its_replica(run_mapping, eng
     rows = read_requests(run_mapping(raw))
     assert [r["replica"] for r in rows[:2]] == [0, 1]
     assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.5, 0.5])  # parsed side by side
+
+
+def test_a_queued_request_is_parsed_at_the_load_when_its_parse_starts(run_mapping, engine_file):
+    """Three requests sent together: request 0 (3 tokens) is parsed 0 -> 0.5 s; request 1 (2,000
+    tokens) from 0.5 s beside request 0's 3 tokens of streaming, to 1.75 s; request 2 from 1.75 s, with
+    request 1 streaming (request 0 completed within milliseconds: hundreds of tokens a second) at 0.25 s
+    per token: the share is capped at 0.9 and its 0.5 s parse takes 5 s. Its arrival, when nothing
+    streamed, does not set it."""
+    wave = [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": n} for n in (3, 2000, 1)]
+    mapping = scenario(engine_file)
+    mapping["workload"]["tenants"][0]["arrival"]["requests"] = wave
+    rows = sorted(read_requests(run_mapping(mapping)), key=lambda r: r["request_id"])
+    expected = [0.5, 1.75, 1.75 + 0.5 / (1.0 - MAX_STREAMING_SHARE)]
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(expected, abs=0.01)
+
+
+def test_before_any_completion_the_replicas_modelled_rate_is_the_streaming_rate():
+    clock = _Clock()
+    front = FrontEnd(clock, 0.0, 0.001)  # type: ignore[arg-type]
+    seen: list[tuple[int, float]] = []
+
+    def modelled(num_seqs: int, context_tokens: float) -> float:
+        seen.append((num_seqs, context_tokens))
+        return 50.0 * num_seqs  # 50 tokens/s each
+
+    front.modelled_tokens_per_s = modelled
+    requests = [_Request(i, 101) for i in range(3)]
+    for request in requests:
+        front.submit(request, lambda _: None)  # type: ignore[arg-type]
+    assert front.streaming_share() == pytest.approx(3 * 50 * 0.001)
+    assert seen[-1] == (3, pytest.approx(3 * (4 + 101 / 2)))  # three at their mean contexts
+    front.ended(requests[0].completed(1.0, 2.0))  # type: ignore[arg-type]  # 100 tokens/s measured
+    assert front.streaming_share() == pytest.approx(2 * 100 * 0.001)  # the measured rate from now on
+    assert front.parse_s(0.1) == pytest.approx(0.1 / (1 - 0.2))
+    # streaming takes no more of a parse than the tokens left to stream: 2 x 101 x 1 ms = 0.202 s
+    assert front.parse_s(10.0) == pytest.approx(10.0 + 0.202)

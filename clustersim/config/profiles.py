@@ -233,7 +233,11 @@ class EngineProfile(_Physical):
     kernels launched one at a time) and ``launch_overhead_per_kernel_eager_s`` for each kernel an MoE
     layer or MLA attention block launches beyond a dense grouped-query layer's (its extra GEMMs of the
     op list and its small kernels below). Eager launches run ahead of the GPU, so only the part the
-    step's kernels do not cover adds to it. ``small_kernels_per_moe_layer`` and ``small_kernels_per_mla_layer``:
+    step's kernels do not cover adds to it. ``launch_overhead_per_layer_compiled_s``: an engine that
+    compiles its model (vLLM V1's torch.compile) runs a step no graph covers through the compiled code,
+    whose launches cost this per dense layer instead of ``launch_overhead_per_layer_eager_s`` (which
+    then applies with ``cluster.cuda_graphs: false`` only: the engine's eager mode compiles nothing).
+    ``small_kernels_per_moe_layer`` and ``small_kernels_per_mla_layer``:
     by the weights' precision (block-FP8 weights add an activation-quantisation kernel before each GEMM),
     the launch-bound kernels the engine runs in each MoE layer (routing top-k, expert sort and alignment,
     activation quantisation, the reduction of the experts' outputs) and each MLA attention block (its
@@ -280,6 +284,7 @@ class EngineProfile(_Physical):
     launch_overhead_per_layer_eager_s: Cited[float] | None = None
     launch_overhead_per_layer_graph_s: Cited[float] | None = None
     launch_overhead_per_kernel_eager_s: Cited[float] | None = None
+    launch_overhead_per_layer_compiled_s: Cited[float] | None = None
     small_kernels_per_moe_layer: Cited[dict[Precision, int]] | None = None  # by the weights' precision
     small_kernels_per_mla_layer: Cited[dict[Precision, int]] | None = None
     cuda_graph_max_seqs: Cited[int] | None = None

@@ -280,12 +280,15 @@ def eager_launch_s(is_graphed: bool, model: ModelShape, gpu: GpuSpec) -> float:
     ``launch_overhead_per_layer_eager_s`` per layer and ``launch_overhead_per_kernel_eager_s`` per
     kernel of :func:`eager_kernels_beyond_dense`. Launches run ahead of the GPU (validation/kernels/host:
     a 2,048-token eager prefill lasts its graph's time; a one-token step lasts its launches): only what
-    the step's kernels do not cover adds to it."""
+    the step's kernels do not cover adds to it. An engine that compiles its model launches a dense
+    layer's kernels from the compiled code instead (``launch_overhead_per_layer_compiled_s``); the
+    kernels beyond, run outside it (the MoE custom op), still one at a time."""
     if is_graphed:
         return 0.0
     engine = gpu.engine
     extra_s = engine.launch_overhead_per_kernel_eager_s * eager_kernels_beyond_dense(model, engine)
-    return model.num_layers * engine.launch_overhead_per_layer_eager_s + extra_s
+    per_layer_s = engine.launch_overhead_per_layer_compiled_s or engine.launch_overhead_per_layer_eager_s
+    return model.num_layers * per_layer_s + extra_s
 
 
 def routing_tokens(batch: StepBatch, padded: int) -> int:

@@ -248,6 +248,15 @@ class Core:
         step.set_length(1 if builder.num_preempted else self._run_length(step))
         return step
 
+    def decode_tokens_per_s(self, num_seqs: int, context_tokens: float) -> float:
+        """The tokens a second that ``num_seqs`` sequences attending to ``context_tokens`` in all
+        would decode here, at most ``max_num_seqs`` of them at once (the rest waiting): a modelled rate
+        for whoever must guess one before any request has completed (the API server's streaming)."""
+        running = min(num_seqs, self.limits.max_num_seqs)
+        if running <= 0:
+            return 0.0
+        return running / self._shape(running).duration_s(context_tokens * running / num_seqs)
+
     def _waiting_head(self) -> Request | None:
         return self.waiting.peek() if len(self.waiting) else None
 

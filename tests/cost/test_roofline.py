@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.config.profiles import engine_scales
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
@@ -25,6 +27,7 @@ from clustersim.cost.roofline import (
     send_recv_time_s,
     small_kernels,
 )
+from clustersim.runplan import plan_run
 
 # Toy model: 2 layers, d=8, 2 query heads and 1 KV head of dim 4, gated MLP of 16, vocab 10, 2-byte weights.
 TOY = ModelShape(
@@ -597,3 +600,48 @@ def test_block_scaled_fp8_weights_run_their_gemms_at_the_engines_block_efficienc
     moe = replace(half, block_efficiency_scale=1.0)
     slow_experts = price_step(prefill, deepseek, half, 8).op("moe").time_s
     assert slow_experts > price_step(prefill, deepseek, moe, 8).op("moe").time_s
+
+
+def test_a_compiled_engine_launches_an_ungraphed_step_from_its_compiled_code():
+    """vLLM V1 runs a step over its largest captured graph through torch.compile's code: each dense
+    layer costs ``launch_overhead_per_layer_compiled_s``, not the eager 483 us, which applies only with
+    ``cluster.cuda_graphs: false`` (enforce_eager compiles nothing); the MoE layers' extra kernels
+    (a custom op outside the compiled code) stay eager."""
+    catalogue = Catalogue.builtin()
+    measured = catalogue.engine("vllm-v1").model_copy(update={"efficiency": None})
+    vllm = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), measured)
+    compiled_s, eager_s = (
+        vllm.engine.launch_overhead_per_layer_compiled_s,
+        vllm.engine.launch_overhead_per_layer_eager_s,
+    )
+    assert 0.0 < compiled_s < eager_s
+    dense = ModelShape.from_profile(catalogue.model("Llama-3.1-8B"))
+    assert eager_launch_s(False, dense, vllm) == pytest.approx(32 * compiled_s)
+    assert eager_launch_s(True, dense, vllm) == 0.0
+    qwen = ModelShape.from_profile(catalogue.model("Qwen3-30B-A3B"))
+    beyond = eager_kernels_beyond_dense(qwen, vllm.engine) * vllm.engine.launch_overhead_per_kernel_eager_s
+    assert eager_launch_s(False, qwen, vllm) == pytest.approx(48 * compiled_s + beyond)
+    eager = replace(vllm, engine=replace(vllm.engine, launch_overhead_per_layer_compiled_s=0.0))
+    assert eager_launch_s(False, dense, eager) == pytest.approx(32 * eager_s)
+
+
+def test_without_cuda_graphs_a_compiled_engine_launches_eagerly():
+    raw = {
+        "name": "eager",
+        "workload": {
+            "tenants": [
+                {
+                    "name": "t",
+                    "arrival": {
+                        "kind": "explicit",
+                        "requests": [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 2}],
+                    },
+                }
+            ]
+        },
+        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", "engine": "vllm-v1", "cuda_graphs": False},
+        "stop": {"max_requests": 1},
+    }
+    loaded = LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path("."))
+    engine = plan_run(loaded, Catalogue.builtin()).groups[0].gpu.engine
+    assert engine.cuda_graph_max_seqs == 0 and engine.launch_overhead_per_layer_compiled_s == 0.0
