@@ -130,7 +130,11 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
         policy=policy,
         allocator=ALLOCATORS.get(scenario.kv.allocator),
         limits=StepLimits(
-            sched.max_num_seqs, sched.max_num_batched_tokens, sched.batch_wait_s, sched.long_prefill_token_threshold
+            sched.max_num_seqs,
+            sched.max_num_batched_tokens,
+            sched.batch_wait_s,
+            sched.long_prefill_token_threshold,
+            sched.num_scheduler_steps,
         ),
         reserve=kv_reserve(scenario, policy, groups[0].model.max_model_len_tokens),
         ttft_targets_s=ttft_targets,
@@ -179,6 +183,13 @@ def _check_scheduler(
             source,
             "scheduler.long_prefill_token_threshold",
             f"caps each prompt's chunk in a step: {policy.kind}{whose} does not chunk prompts ({chunking} do)",
+        )
+    if scenario.scheduler.num_scheduler_steps > 1 and not policy.multi_step:
+        multi = ", ".join(name for name in POLICIES.names() if POLICIES.get(name).multi_step)
+        raise ConfigError(
+            source,
+            "scheduler.num_scheduler_steps",
+            f"runs decode steps between scheduler calls: {policy.kind}{whose} schedules every step ({multi} can)",
         )
     kv = scenario.kv
     if kv.prefix_caching and kv.preemption == "swap":
@@ -252,6 +263,18 @@ def with_memory_sized_graphs(
     return dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, cuda_graph_max_seqs=graphs))
 
 
+def multi_step_host(gpu: GpuSpec, num_scheduler_steps: int) -> GpuSpec:
+    """With multi-step scheduling the scheduler and the input preparation run once per run of
+    ``num_scheduler_steps`` decode steps (vLLM PR #7000: the next step's inputs are advanced on the
+    GPU, ``advance_step``): the step's fixed and per-sequence host times, spread over the run (prompt
+    steps, one in a run of their own, are charged the same share: they are a small part of a decode-bound
+    run)."""
+    if num_scheduler_steps <= 1:
+        return gpu
+    engine = dataclasses.replace(gpu.engine, per_seq_overhead_s=gpu.engine.per_seq_overhead_s / num_scheduler_steps)
+    return dataclasses.replace(gpu, step_overhead_s=gpu.step_overhead_s / num_scheduler_steps, engine=engine)
+
+
 def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> GroupPlan:
     """Look up one replica group's profiles, check the model fits, size the KV cache and build the cost model."""
     where_from = group.field_path
@@ -274,6 +297,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
         gpu = dataclasses.replace(
             gpu, step_overhead_s=gpu.step_overhead_s + (tp * pp - 1) * gpu.engine.step_overhead_per_worker_s
         )
+    gpu = multi_step_host(gpu, scenario.scheduler.num_scheduler_steps)
     if model.num_attention_heads % tp:
         raise ConfigError(
             source,

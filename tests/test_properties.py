@@ -95,6 +95,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         scheduler["batch_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
     if policy in ("chunked_prefill", "vllm_v1", "trtllm_no_evict_chunked"):
         scheduler["long_prefill_token_threshold"] = draw(st.sampled_from([0, 0, 16, 100]))
+    if policy == "vllm_v0":  # multi-step scheduling: decode runs between scheduler calls
+        scheduler["num_scheduler_steps"] = draw(st.sampled_from([1, 1, 2, 5]))
     return {
         "name": "prop",
         "seed": draw(st.integers(0, 10)),

@@ -202,7 +202,10 @@ class Scheduler(StrictModel):
     target; ``defer`` moves it behind requests that still can. ``long_prefill_token_threshold`` (policies
     that chunk prompts; 0: none): a prompt gets at most that many tokens in one step, so several prompts
     prefill side by side (vLLM's ``--long-prefill-token-threshold``: ``vllm/v1/core/sched/scheduler.py``
-    caps ``num_new_tokens`` at it for running and waiting requests alike).
+    caps ``num_new_tokens`` at it for running and waiting requests alike). ``num_scheduler_steps``
+    (policy ``vllm_v0``; 1: every step): vLLM V0's multi-step scheduling, ``--num-scheduler-steps``: a
+    scheduled decode batch runs that many steps before the scheduler runs again, so a prompt arriving
+    meanwhile waits for the run's end, and the scheduling and input preparation are paid once per run.
     """
 
     policy: str = "continuous"
@@ -212,6 +215,7 @@ class Scheduler(StrictModel):
     ordering: Ordering = FcfsOrdering()
     slo_admission: SloAdmissionMode = "off"
     long_prefill_token_threshold: NonNegativeInt = 0
+    num_scheduler_steps: PositiveInt = 1
 
     @field_validator("policy")
     @classmethod

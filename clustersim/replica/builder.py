@@ -118,6 +118,8 @@ class Builder:
     def swap_in(self) -> None:
         """Bring swapped-out sequences back, oldest first, while seats and blocks allow."""
         core = self._core
+        if core.mid_multi_step(self.decode_index):  # only when the scheduler runs
+            return
         while core.swapped and len(core.seats.seats) < core.limits.max_num_seqs:
             request, kv_tokens, host_blocks = core.swapped[0]
             need = core.kv.swap_in_blocks(kv_tokens, request.decode_share, self.decode_index)
@@ -195,7 +197,7 @@ class Builder:
         seating them takes none from the swapped ones, and the swapped ones may need exactly those blocks
         (a decode replica that waited for them would wait for ever)."""
         core = self._core
-        if self.admission_closed() or (head := core.head()) is None:
+        if self.admission_closed() or (head := core.head()) is None or core.mid_multi_step(self.decode_index):
             return 0
         tokens_left = self._tokens_left()
         if tokens_left <= 0:

@@ -87,6 +87,7 @@ class Core:
         self.seats = SeatSet()
         self.in_flight: Step | None = None
         self.anchor: DecodeAnchor | None = None
+        self.multi_step_start: int | None = None  # decode index where the multi-step run in progress began
         self.num_preemptions = 0
         self.num_swaps = 0
         self._shapes: dict[int, DecodeStepShape] = {}
@@ -175,6 +176,7 @@ class Core:
         boundary = num_ended + 1
         if num_ended and step.end_of(num_ended) == now_s and not planned(now_s):
             boundary = num_ended  # the plan at this very boundary is still to come
+        boundary += self._to_multi_step_boundary(step.first_index + boundary)  # the scheduler's next call
         if boundary >= step.num_steps:
             return False
         step.set_length(boundary)
@@ -215,6 +217,7 @@ class Core:
                     self.deferred.append(request)
         builder = self._builder
         builder.reset(now_s)
+        at_boundary = not self.mid_multi_step(builder.decode_index)
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
@@ -224,6 +227,11 @@ class Core:
                 )
             return None
         d = builder.decode_index
+        if self.limits.num_scheduler_steps > 1:  # a prompt step ends a multi-step run; a decode plan at a
+            if builder.chunks:  # boundary starts one
+                self.multi_step_start = None
+            elif at_boundary:
+                self.multi_step_start = d
         advances = builder.includes_decodes or self.seats.num_decode == 0
         step = Step(now_s, d, batch, builder.chunks, builder.num_preempted, advances)  # takes the chunk list
         step.num_swapped_out = builder.num_swapped_out
@@ -257,6 +265,20 @@ class Core:
             return 0.0
         return running / self._shape(running).duration_s(context_tokens * running / num_seqs)
 
+    def mid_multi_step(self, decode_index: int) -> bool:
+        """Whether decode step ``decode_index`` falls inside a multi-step run begun before it, not at one
+        of its boundaries (``num_scheduler_steps`` apart): there the scheduler does not run, and the step
+        only decodes what runs (:mod:`clustersim.replica.batching.vllm_v0`)."""
+        start, n = self.multi_step_start, self.limits.num_scheduler_steps
+        return start is not None and n > 1 and self.seats.num_decode > 0 and (decode_index - start) % n != 0
+
+    def _to_multi_step_boundary(self, decode_index: int) -> int:
+        """Steps from ``decode_index`` to the next boundary of the multi-step run in progress (0: at one)."""
+        start, n = self.multi_step_start, self.limits.num_scheduler_steps
+        if start is None or n <= 1:
+            return 0
+        return -(decode_index - start) % n
+
     def _waiting_head(self) -> Request | None:
         return self.waiting.peek() if len(self.waiting) else None
 
@@ -272,6 +294,9 @@ class Core:
             return 1
         d = step.first_index
         num_steps = self.seats.next_finish_index() - d + 1
+        multi = self.limits.num_scheduler_steps
+        if multi > 1 and (len(self.waiting) or self.swapped):  # the next plan that may admit or swap in
+            num_steps = min(num_steps, self._to_multi_step_boundary(d) or multi)  # is at a run's boundary
         if self.kv.growing:
             num_steps = 1 + self.kv.affordable_steps(d + 1, num_steps - 1)
         head = self._waiting_head()

@@ -108,6 +108,9 @@ BOUND_FEATURE = "p99_bound"
 # ``long_prefill=<tokens>``: each prompt's tokens in one step were capped there (vLLM's
 # ``--long-prefill-token-threshold``; the scheduler's ``long_prefill_token_threshold``)
 LONG_PREFILL_FEATURE = "long_prefill"
+# ``multi_step=<steps>``: vLLM's V0 engine with multi-step scheduling (``--num-scheduler-steps``; the V0
+# scheduler, prefill steps apart from decodes, and the scheduler's ``num_scheduler_steps``)
+MULTI_STEP_FEATURE = "multi_step"
 # ``dispatch=<rule>``: how requests were spread over the row's data-parallel instances, where a source says
 # (the harness's rule, or the engine's own behind one endpoint); the rules are router kinds
 DISPATCH_FEATURE = "dispatch"
@@ -157,6 +160,7 @@ class CorpusRow:
     features: frozenset[str] = frozenset()
     p99_bounds_ms: tuple[float, float] | None = None  # (TTFT, TPOT): the load was raised until these held
     long_prefill_tokens: int | None = None  # each prompt's tokens in one step capped at this
+    multi_step: int | None = None  # vLLM V0 multi-step scheduling: decode steps per scheduler call
     dispatch: str | None = None  # the harness's rule over data-parallel instances (a router kind)
     client_gap: tuple[float, float] | None = None  # (s, s per prompt token) a client waited between requests
     earlier_runs: tuple[tuple[int, int, int], ...] = ()  # (IN, OUT, prompts) the server ran before, oldest first
@@ -278,13 +282,14 @@ class _Stated:
     dispatch: str | None
     client_gap: tuple[float, float] | None = None
     earlier_runs: tuple[tuple[int, int, int], ...] = ()
+    multi_step: int | None = None
 
 
 def _features(text: str, where: str) -> _Stated:
     """The row's features, its p99 bounds (``p99_bound=<TTFT ms>/<TPOT ms>``), its per-prompt step cap
     (``long_prefill=<tokens>``), its harness's dispatch rule (``dispatch=<rule>``) and its client's wait
     between requests (``client_gap=<ms>/<us per prompt token>``), where it states them."""
-    found, bounds, long_prefill, dispatch, gap = set(), None, None, None, None
+    found, bounds, long_prefill, dispatch, gap, multi_step = set(), None, None, None, None, None
     earlier: tuple[tuple[int, int, int], ...] = ()
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
         if name.startswith(EARLIER_RUNS_FEATURE + "="):
@@ -294,7 +299,9 @@ def _features(text: str, where: str) -> _Stated:
         elif name.startswith(CLIENT_GAP_FEATURE + "="):
             gap = _client_gap(name, where)
         elif name.startswith(LONG_PREFILL_FEATURE + "="):
-            long_prefill = _long_prefill(name, where)
+            long_prefill = _whole(name, where, LONG_PREFILL_FEATURE, "tokens")
+        elif name.startswith(MULTI_STEP_FEATURE + "="):
+            multi_step = _whole(name, where, MULTI_STEP_FEATURE, "steps")
         elif name.startswith(DISPATCH_FEATURE + "="):
             dispatch = name.split("=", 1)[1]
             if dispatch not in DISPATCH_RULES:
@@ -304,12 +311,13 @@ def _features(text: str, where: str) -> _Stated:
             found.add(name)
         else:
             valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>",
+                      f"{MULTI_STEP_FEATURE}=<steps>",
                       f"{CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>",
                       f"{EARLIER_RUNS_FEATURE}=<IN>-<OUT>/<prompts>+..."]  # fmt: skip
             known = ", ".join([*FEATURES, *valued, f"{DISPATCH_FEATURE}=<rule>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap, earlier)
+    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap, earlier, multi_step)
 
 
 def _earlier_runs(text: str, where: str) -> tuple[tuple[int, int, int], ...]:
@@ -330,12 +338,13 @@ def _client_gap(text: str, where: str) -> tuple[float, float]:
     return fixed_ms / 1e3, per_token_us / 1e6
 
 
-def _long_prefill(text: str, where: str) -> int:
-    tokens = text.split("=", 1)[1]
-    if not (tokens.isdigit() and int(tokens) > 0):
-        problem = f"{shown_value(text)}: write {LONG_PREFILL_FEATURE}=<tokens>, a whole number > 0"
+def _whole(text: str, where: str, feature: str, unit: str) -> int:
+    """The whole number > 0 of ``<feature>=<number>``."""
+    number = text.split("=", 1)[1]
+    if not (number.isdigit() and int(number) > 0):
+        problem = f"{shown_value(text)}: write {feature}=<{unit}>, a whole number > 0"
         raise ConfigError(where, "features", problem)
-    return int(tokens)
+    return int(number)
 
 
 def _bounds(text: str, where: str) -> tuple[float, float]:
@@ -385,6 +394,9 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     if engine_only and raw["engine"].lower() != "trtllm":
         problem = f"{engine_only[0]} is a TensorRT-LLM option; the engine is {raw['engine']}"
         raise ConfigError(where, "features", problem)
+    if stated.multi_step is not None and raw["engine"].lower() != "vllm":
+        problem = f"{MULTI_STEP_FEATURE} is vLLM V0's multi-step scheduling; the engine is {raw['engine']}"
+        raise ConfigError(where, "features", problem)
     if stated.earlier_runs and not SGLANG_RANDOM_DATASET.match(raw["dataset"]):
         problem = f"{EARLIER_RUNS_FEATURE} are runs of the same seeded client: the dataset must be sglang-random-IN-OUT"
         raise ConfigError(where, "features", problem)
@@ -417,6 +429,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         features=features,
         p99_bounds_ms=bounds,
         long_prefill_tokens=stated.long_prefill,
+        multi_step=stated.multi_step,
         dispatch=stated.dispatch,
         client_gap=stated.client_gap,
         earlier_runs=stated.earlier_runs,

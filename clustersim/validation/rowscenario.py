@@ -521,6 +521,9 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         scheduler["max_num_batched_tokens"] = row.max_num_batched_tokens
     if row.long_prefill_tokens is not None:
         scheduler["long_prefill_token_threshold"] = row.long_prefill_tokens
+    if row.multi_step is not None:  # vLLM's V0 engine: prefill steps apart, decodes in runs
+        scheduler["policy"] = "vllm_v0"
+        scheduler["num_scheduler_steps"] = row.multi_step
     if together > 1:
         scheduler["max_num_seqs"] = max(together, scheduler.get("max_num_seqs", 0))
     assumed: list[str] = [assumption] if assumption else []

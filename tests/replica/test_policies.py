@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import explicit_scenario, read_requests, read_steps
+
+from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.errors import ConfigError
+from clustersim.runplan import plan_run
 
 
 def times(result) -> list[tuple[float, float, float]]:
@@ -265,3 +272,39 @@ def test_long_prefill_threshold_needs_a_policy_that_chunks(run_mapping):
     raw = explicit_scenario([(0.0, 8, 3)], policy="continuous", scheduler={"long_prefill_token_threshold": 4})
     with pytest.raises(Exception, match="long_prefill_token_threshold: caps each prompt's chunk in a step: continuous"):
         run_mapping(raw)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_multi_step_scheduling_holds_a_new_prompt_until_the_runs_boundary(run_mapping, fast_forward):
+    """vLLM V0 with --num-scheduler-steps 8: A's decodes run from t=1 in runs of 8 steps; B, arriving
+    at 2.5 s, is scheduled at the first run's end (t=9, not t=3): its prefill-only step 9 -> 10 pauses A,
+    then a new run decodes both."""
+    raw = explicit_scenario(
+        [(0.0, 8, 20), (2.5, 8, 3)],
+        policy="vllm_v0",
+        scheduler={"num_scheduler_steps": 8},
+        simulation={"fast_forward": fast_forward},
+    )
+    assert times(run_mapping(raw)) == [(0.0, 1.0, 21.0), (9.0, 10.0, 12.0)]  # (scheduled, first token, end)
+    every_step = explicit_scenario([(0.0, 8, 20), (2.5, 8, 3)], policy="vllm_v0")
+    assert times(run_mapping(every_step)) == [(0.0, 1.0, 21.0), (3.0, 4.0, 6.0)]
+
+
+def test_multi_step_is_vllm_v0s(run_mapping):
+    raw = explicit_scenario([(0.0, 8, 2)], scheduler={"num_scheduler_steps": 4})
+    with pytest.raises(ConfigError, match=r"scheduler\.num_scheduler_steps.*continuous schedules every step"):
+        run_mapping(raw)
+
+
+def test_multi_step_pays_the_schedulers_host_time_once_per_run():
+    def gpu(steps: int):
+        raw = explicit_scenario([(0.0, 8, 2)], policy="vllm_v0", scheduler={"num_scheduler_steps": steps})
+        del raw["cost"]
+        raw["cluster"]["engine"] = "vllm-v1"
+        loaded = LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path("."))
+        return plan_run(loaded, Catalogue.builtin()).groups[0].gpu
+
+    every, runs = gpu(1), gpu(4)
+    assert runs.step_overhead_s == pytest.approx(every.step_overhead_s / 4)
+    assert runs.engine.per_seq_overhead_s == pytest.approx(every.engine.per_seq_overhead_s / 4)
+    assert runs.engine.sampling_per_seq_s == every.engine.sampling_per_seq_s  # sampled every step

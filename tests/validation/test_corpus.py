@@ -92,6 +92,11 @@ def test_a_good_file_loads(tmp_path):
             "lab.csv:3: features: client_gap is a closed loop's wait between requests; the row's load_kind is rate",
         ),
         ({"features": "long_prefill=2.5k"}, "lab.csv:3: features: 'long_prefill=2.5k': write long_prefill=<tokens>"),
+        ({"features": "multi_step=0"}, "lab.csv:3: features: 'multi_step=0': write multi_step=<steps>, a whole number"),
+        (
+            {"features": "multi_step=8", "engine": "sglang"},
+            "lab.csv:3: features: multi_step is vLLM V0's multi-step scheduling; the engine is sglang",
+        ),
         (
             {"features": "earlier_runs=1000-1000/10+1000/80", "dataset": "sglang-random-1000-1000"},
             "lab.csv:3: features: 'earlier_runs=1000-1000/10+1000/80': write earlier_runs=<IN>-<OUT>/<prompts>+...",
@@ -150,7 +155,9 @@ def test_a_row_may_state_its_per_prompt_step_cap_and_dispatch_rule(tmp_path):
     assert row.long_prefill_tokens == 256 and row.features == frozenset({"eager"})
     assert row.dispatch == "least_outstanding"
     (plain,) = load_corpus_file(write(tmp_path, "lab.csv", [GOOD]))
-    assert plain.long_prefill_tokens is None and plain.dispatch is None
+    assert plain.long_prefill_tokens is None and plain.dispatch is None and plain.multi_step is None
+    (stepped,) = load_corpus_file(write(tmp_path, "lab.csv", [{**GOOD, "features": "eager;multi_step=9"}]))
+    assert stepped.multi_step == 9 and stepped.features == frozenset({"eager"})
 
 
 def test_a_rate_row_may_state_the_p99_bounds_its_rate_was_raised_to(tmp_path):

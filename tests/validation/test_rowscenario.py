@@ -148,6 +148,10 @@ def test_a_per_prompt_step_cap_reaches_the_scheduler():
     assert "scheduler" not in build().mapping
 
 
+def test_multi_step_runs_vllms_v0_scheduler_in_runs_of_that_many_steps():
+    assert build(multi_step=9).mapping["scheduler"] == {"policy": "vllm_v0", "num_scheduler_steps": 9}
+
+
 def test_long_poisson_benchmarks_are_cut_to_their_steady_state():
     row = dataclasses.replace(ROW, load_kind="rate", load=10.0, num_requests=500_000,
                               metrics={"output_tok_per_s": 1.0, "e2e_mean_ms": 30_000.0})  # fmt: skip

@@ -30,6 +30,7 @@ class StepLimits:
     max_num_batched_tokens: int
     batch_wait_s: float = 0.0
     long_prefill_token_threshold: int = 0  # a prompt's tokens in one step at most (0: the budget's)
+    num_scheduler_steps: int = 1  # decode steps per scheduling decision (vLLM V0 multi-step; 1: every step)
 
 
 class StepBuilder(Protocol):
@@ -82,7 +83,8 @@ class BatchingPolicy(Protocol):
     preemption). ``chunks_prompts``: prompts longer than the token budget are split, so they are
     never refused for their length. ``kv_per_chunk``: a prompt takes KV blocks for each chunk as it
     is scheduled rather than for the whole prompt on admission. ``holds``: an idle replica may wait
-    before planning (:meth:`hold_until_s`).
+    before planning (:meth:`hold_until_s`). ``multi_step``: it can plan runs of decode steps as one
+    decision (``scheduler.num_scheduler_steps``).
     """
 
     kind: ClassVar[str]
@@ -90,6 +92,7 @@ class BatchingPolicy(Protocol):
     chunks_prompts: ClassVar[bool]
     kv_per_chunk: ClassVar[bool]
     holds: ClassVar[bool]  # whether hold_until_s may ever hold
+    multi_step: ClassVar[bool]
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:
@@ -112,6 +115,7 @@ class PolicyBase:
     chunks_prompts: ClassVar[bool] = False
     kv_per_chunk: ClassVar[bool] = False
     holds: ClassVar[bool] = False
+    multi_step: ClassVar[bool] = False
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:

@@ -3,6 +3,12 @@
 A step either prefills newly admitted prompts (running decodes pause for it) or, when nothing can
 be admitted, decodes the running sequences. Swapped-out sequences come back before any new
 admission.
+
+Multi-step scheduling (``scheduler.num_scheduler_steps``, vLLM's ``--num-scheduler-steps``, vLLM PR
+#7000, 0.5.4-0.10): a decode batch, once scheduled, runs that many steps before the scheduler runs
+again; prompts that arrive meanwhile wait for the end of the run, and sequences swapped out come back
+only then. The replica enforces it (:meth:`clustersim.replica.core.Core.mid_multi_step`): between a
+run's boundaries its builder admits nothing and swaps nothing in, so this plan only decodes.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from clustersim.replica.batching.base import PolicyBase, StepBuilder
 
 class VllmV0(PolicyBase):
     kind = "vllm_v0"
+    multi_step = True
 
     def plan(self, step: StepBuilder) -> None:
         step.admit(chunked=False)
