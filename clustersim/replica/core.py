@@ -208,7 +208,8 @@ class Core:
 
     def plan(self, now_s: float) -> Step | None:
         """Decide the next step (or run of decode steps); None when there is nothing to do."""
-        if self.slo.active:
+        at_boundary = not self.mid_multi_step(self.seats.decode_index)  # else the scheduler does not run
+        if self.slo.active and at_boundary:
             waiting_head = self._waiting_head
             for request in self.slo.apply(waiting_head, self.waiting.pop, now_s):
                 if self.slo.mode == "shed":
@@ -217,7 +218,6 @@ class Core:
                     self.deferred.append(request)
         builder = self._builder
         builder.reset(now_s)
-        at_boundary = not self.mid_multi_step(builder.decode_index)
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
