@@ -41,6 +41,9 @@ clustersim compare azure-conv-replay --vary scheduler.policy=static --set schedu
   --columns "$LAT" --out "$out/static" --doc docs/replica.md#static
 clustersim compare azure-conv-replay --vary scheduler.max_num_batched_tokens=512,2048,8192 \
   --set scheduler.policy=chunked_prefill --columns "$LAT" --out "$out/chunks" --doc docs/replica.md#chunks
+clustersim compare azure-conv-replay --vary scheduler.num_scheduler_steps=1,4,8,16 \
+  --set scheduler.policy=vllm_v0 --set scheduler.max_num_batched_tokens=16384 --columns "$LAT" --out "$out/multistep" \
+  --doc docs/replica.md#multistep
 clustersim compare streaming-smoothness \
   --vary 'scheduler={policy: vllm_v0, max_num_seqs: 256, max_num_batched_tokens: 8192},{policy: vllm_v1, max_num_seqs: 256, max_num_batched_tokens: 8192},{policy: chunked_prefill, max_num_seqs: 256, max_num_batched_tokens: 512}' \
   --columns "TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,ITL p50 ms,ITL p99 ms,ITL max ms,SLO met %" --out "$out/itl" \
