@@ -295,8 +295,8 @@ class Core:
         d = step.first_index
         num_steps = self.seats.next_finish_index() - d + 1
         multi = self.limits.num_scheduler_steps
-        if multi > 1 and (len(self.waiting) or self.deferred or self.swapped):  # the next plan that may admit or swap in
-            num_steps = min(num_steps, self._to_multi_step_boundary(d) or multi)  # is at a run's boundary
+        if multi > 1 and (len(self.waiting) or self.deferred or self.swapped):  # the next plan that
+            num_steps = min(num_steps, self._to_multi_step_boundary(d) or multi)  # may admit: a boundary
         if self.kv.growing:
             num_steps = 1 + self.kv.affordable_steps(d + 1, num_steps - 1)
         head = self._waiting_head()
