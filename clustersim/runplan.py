@@ -158,6 +158,11 @@ def effective_scenario(scenario: Scenario, source: str, catalogue: Catalogue) ->
         raise ConfigError(source, "scheduler", str(exc)) from None
 
 
+def _able(capability: str) -> str:
+    """The policies that have ``capability`` (a :class:`BatchingPolicy` flag), for an error message."""
+    return ", ".join(name for name in POLICIES.names() if getattr(POLICIES.get(name), capability))
+
+
 def _check_scheduler(
     scenario: Scenario,
     source: str,
@@ -178,19 +183,11 @@ def _check_scheduler(
             f"'{scenario.scheduler.slo_admission}' needs a TTFT target: set slo.ttft_s (or a tenant's slo.ttft_s)",
         )
     if scenario.scheduler.long_prefill_token_threshold > 0 and not policy.chunks_prompts:
-        chunking = ", ".join(name for name in POLICIES.names() if POLICIES.get(name).chunks_prompts)
-        raise ConfigError(
-            source,
-            "scheduler.long_prefill_token_threshold",
-            f"caps each prompt's chunk in a step: {policy.kind}{whose} does not chunk prompts ({chunking} do)",
-        )
+        problem = f"caps each prompt's chunk in a step: {policy.kind}{whose} does not chunk prompts"
+        raise ConfigError(source, "scheduler.long_prefill_token_threshold", f"{problem} ({_able('chunks_prompts')} do)")
     if scenario.scheduler.num_scheduler_steps > 1 and not policy.multi_step:
-        multi = ", ".join(name for name in POLICIES.names() if POLICIES.get(name).multi_step)
-        raise ConfigError(
-            source,
-            "scheduler.num_scheduler_steps",
-            f"runs decode steps between scheduler calls: {policy.kind}{whose} schedules every step ({multi} can)",
-        )
+        problem = f"runs decode steps between scheduler calls: {policy.kind}{whose} schedules every step"
+        raise ConfigError(source, "scheduler.num_scheduler_steps", f"{problem} ({_able('multi_step')} can)")
     kv = scenario.kv
     if kv.prefix_caching and kv.preemption == "swap":
         raise ConfigError(
