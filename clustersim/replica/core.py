@@ -227,8 +227,9 @@ class Core:
                 )
             return None
         d = builder.decode_index
-        if self.limits.num_scheduler_steps > 1:  # a prompt step ends a multi-step run; a decode plan at a
-            if builder.chunks:  # boundary starts one
+        if self.limits.num_scheduler_steps > 1:
+            # a prompt step ends a multi-step run; a decode plan at a boundary starts one
+            if builder.chunks:
                 self.multi_step_start = None
             elif at_boundary:
                 self.multi_step_start = d
@@ -295,8 +296,9 @@ class Core:
         d = step.first_index
         num_steps = self.seats.next_finish_index() - d + 1
         multi = self.limits.num_scheduler_steps
-        if multi > 1 and (len(self.waiting) or self.deferred or self.swapped):  # the next plan that
-            num_steps = min(num_steps, self._to_multi_step_boundary(d) or multi)  # may admit: a boundary
+        if multi > 1 and (len(self.waiting) or self.deferred or self.swapped):
+            # the next plan that may admit or swap in is at the multi-step run's next boundary
+            num_steps = min(num_steps, self._to_multi_step_boundary(d) or multi)
         if self.kv.growing:
             num_steps = 1 + self.kv.affordable_steps(d + 1, num_steps - 1)
         head = self._waiting_head()
