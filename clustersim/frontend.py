@@ -57,16 +57,16 @@ class FrontEnd:
         self.num_delivered = 0  # handed to the replica
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over the requests delivered
         self.max_delay_s = 0.0
-        self._passing: dict[int, Request] = {}  # in the front end now, by request id (not yet delivered)
-        self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()  # head: parsing now
+        # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
+        self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
         self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
         self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
         self._streaming_context_tokens = 0.0  # the streaming requests' mean contexts, summed
         self._streaming_output_tokens = 0  # the streaming requests' output tokens, summed
+        self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
         # before any completion: the tokens a second (num_seqs, context_tokens) would decode at its replica
         self.modelled_tokens_per_s: Callable[[int, float], float] | None = None
-        self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
 
     def streaming_share(self) -> float:
         """The share of the server's time that streaming takes now (capped)."""
@@ -102,7 +102,7 @@ class FrontEnd:
     @property
     def num_passing(self) -> int:
         """Requests in this front end now (not yet delivered to its replica)."""
-        return len(self._passing)
+        return len(self._waiting)
 
     @property
     def active(self) -> bool:
@@ -110,7 +110,6 @@ class FrontEnd:
 
     def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
-        self._passing[request.request_id] = request
         self.num_requests += 1
         self._waiting.append((request, deliver, self.clock.now))
         if not self._parsing:  # the server was idle: it starts on this one now
@@ -137,7 +136,6 @@ class FrontEnd:
         self.num_delivered += 1
         self.delay_s += delay_s
         self.max_delay_s = max(self.max_delay_s, delay_s)
-        del self._passing[request.request_id]
         self._streaming.add(request.request_id)
         self._streaming_context_tokens += _mean_context_tokens(request)
         self._streaming_output_tokens += request.output_tokens
@@ -147,7 +145,7 @@ class FrontEnd:
 
     def close(self) -> list[Request]:
         """The clock stopped: the requests still in the front end, in no replica's queue (unfinished)."""
-        return list(self._passing.values())
+        return [request for request, _, _ in self._waiting]
 
 
 def _mean_context_tokens(request: Request) -> float:
