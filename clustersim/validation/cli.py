@@ -11,10 +11,12 @@ from clustersim.validation.kernels import files_by_gpu_and_group, kernel_engine,
 from clustersim.validation.report import (
     calibrate,
     calibration_sources,
+    fitted_samples,
     format_mape_table,
     mape_table,
     published_keys,
     score,
+    unfitted_files,
     write_scored,
 )
 
@@ -43,15 +45,16 @@ def run_validate_cost(
     gpus = {name: GpuSpec.from_profiles(catalogue.hardware(name), engine) for name in names}
     lines = ["held-out mean absolute percentage error per GPU and op group (catalogue calibration):"]
     scored = score(samples, gpus)
-    lines.append(format_mape_table(mape_table(scored), TARGETS_PCT))
+    unfitted = unfitted_files(samples)
+    lines.append(format_mape_table(mape_table(scored), TARGETS_PCT, unfitted))
     if fit:
         keep = {name: published_keys(catalogue.hardware(name)) for name in names}
         calibration = calibrate(samples, gpus, keep)
         fitted = {name: apply(gpus[name], c.values) for name, c in calibration.items()}
         refit_table = mape_table(score(samples, fitted))
         lines.append("\nrefitted on the training half; held-out error with the refitted values:")
-        lines.append(format_mape_table(refit_table, TARGETS_PCT))
-        files = files_by_gpu_and_group(samples)
+        lines.append(format_mape_table(refit_table, TARGETS_PCT, unfitted))
+        files = files_by_gpu_and_group(fitted_samples(samples))
         for name, result in calibration.items():
             lines.append(f"\n# hardware_profiles/gpus/ entries for {name}")
             for key, (value, source) in calibration_sources(result, refit_table, files).items():

@@ -10,15 +10,17 @@ from conftest import REPO, SHARED
 from clustersim.architecture import GpuSpec
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation.kernels import held_out, kernel_engine, load_samples
-from clustersim.validation.report import calibrate, mape_table, published_keys, score
+from clustersim.validation.report import calibrate, fitted_samples, mape_table, published_keys, score
 
 PROFILES = SHARED / "profiles"
 KERNELS = REPO / "validation" / "kernels"
 pytestmark = pytest.mark.skipif(not PROFILES.is_dir(), reason=f"{PROFILES} is absent (shared ground truth not mounted)")
 TARGETS = {"linear": 10.0, "attention_decode": 20.0, "all_reduce": 20.0}
-# kernels measured in this repository: FP8 GEMMs are scored with the BF16 fit, never fitted; H100's GEMM fit is
-# shared with vidur's H100 profile, which disagrees with these timings by up to 15% around the roofline ridge
-MEASURED_TARGETS = {"linear": 15.0, "linear_fp8": 20.0, "attention_decode": 15.0, "attention_prefill": 20.0}
+# kernels measured in this repository: FP8 GEMMs are scored with the BF16 fit, never fitted
+MEASURED_TARGETS = {"linear": 10.0, "linear_fp8": 10.0, "attention_decode": 15.0, "attention_prefill": 20.0}
+# vidur's 2024 H100 GEMM timings only score the H100 fit (its GEMMs are fitted on this repository's timings, of
+# today's cuBLAS): they run 20-45% slower around the roofline ridge; the bound guards against regressions
+SCORED_ONLY_TARGETS = {("H100-SXM", "linear"): 20.0}
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +49,22 @@ def test_catalogue_calibration_meets_targets_on_held_out_rows(samples, gpus):
     seen = set()
     for row in rows:
         targets = MEASURED_TARGETS if row.source.startswith("validation/") else TARGETS
-        if row.group in targets:
+        if (row.gpu, row.group) in SCORED_ONLY_TARGETS and not row.source.startswith("validation/"):
+            assert row.mape_pct <= SCORED_ONLY_TARGETS[(row.gpu, row.group)], row
+        elif row.group in targets:
             assert row.mape_pct <= targets[row.group], row
             seen.add((row.gpu, row.group))
     assert {("H100-SXM", "linear"), ("A100-80GB", "linear"), ("A100-80GB", "attention_decode")} <= seen
     assert {("H100-SXM", "all_reduce"), ("A100-80GB", "all_reduce")} <= seen
     assert {("H200", "linear_fp8"), ("H200", "attention_prefill"), ("H100-SXM", "attention_decode")} <= seen
+
+
+def test_gemm_fit_uses_the_timings_measured_here_where_a_gpu_has_them(samples):
+    fitted = fitted_samples(samples)
+    sources = {(s.gpu, s.source.startswith("validation/")) for s in fitted if s.group == "linear"}
+    assert ("H100-SXM", True) in sources and ("H100-SXM", False) not in sources  # vidur's H100 GEMMs only score
+    assert ("A100-80GB", False) in sources  # no A100 GEMMs measured here: vidur's fit it
+    assert len([s for s in fitted if s.group != "linear"]) == len([s for s in samples if s.group != "linear"])
 
 
 def test_refit_reproduces_catalogue_values(samples, gpus):
