@@ -267,13 +267,12 @@ def format_mape_table(
     for row in rows:
         scored_only = (row.gpu, row.group, row.source) in unfitted
         target = None if scored_only else targets.get(row.group)
-        mark = (
-            " (scores only)"
-            if scored_only
-            else ""
-            if target is None
-            else (" ok" if row.mape_pct <= target else " MISSED")
-        )
+        if scored_only:
+            mark = " (scores only)"
+        elif target is None:
+            mark = ""
+        else:
+            mark = " ok" if row.mape_pct <= target else " MISSED"
         target_text = "-" if target is None else f"{target:.0f}"
         source = row.source.rsplit("profiles/", 1)[-1].removeprefix(MEASURED_PREFIX)
         lines.append(
