@@ -81,7 +81,7 @@ LOG_FIELDS = {"mean_ttft": "Mean First Token latency (ns)", "mean_tpot": "Mean T
 KNOWN_GAPS: dict[str, tuple[float, str]] = {
     "mlperf41_mi300x1_off": (75.0, "MI300X reuses H100-fitted kernel fractions; its 2024 ROCm FP8 stack got far less"),
     "mlperf41_mi300x8_off": (75.0, "as mlperf41_mi300x1_off"),
-    "mlperf41_h100nvlx4_off": (35.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
+    "mlperf41_h100nvlx4_off": (40.0, "H100-NVL is a 350-400 W card: datasheet peaks are not sustained"),
     "mlperf41_h200x1_srv": (
         22.0,
         "a 1000 W custom-cooled H200 (CTS), 15% more per GPU than the round's 700 W H200, whose profile this is",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from clustersim.config.catalogue import Catalogue
@@ -57,3 +59,21 @@ def test_a_profile_field_the_schema_does_not_know_is_named_with_the_allowed_ones
     message = str(info.value)
     assert message.startswith(f"{engines / 'sglang.yaml'}: launch_overhead_per_moe_layer_eager_s: unknown field")
     assert "launch_overhead_per_kernel_eager_s" in message  # among the allowed ones
+
+
+def test_a_value_a_gpu_reuses_from_a_measured_one_is_that_gpus_current_value():
+    """A field whose source says it reuses another GPU's fitted value holds that GPU's value today (a refit
+    of the donor updates every GPU that borrows from it)."""
+    catalogue = Catalogue.builtin()
+    borrowed = 0
+    for name in catalogue.names("hardware"):
+        profile = catalogue.hardware(name)
+        for field, cited in profile:
+            source = getattr(cited, "source", "")
+            found = re.search(r"(\S+)'s (fitted )?value reused", source)
+            if found is None:
+                continue
+            donor = found.group(1)
+            assert getattr(catalogue.hardware(donor), field).value == cited.value, (name, field, donor)
+            borrowed += 1
+    assert borrowed >= 20
