@@ -403,6 +403,8 @@ class GpuSpec:
     elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
     moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
     block_efficiency_scale: float = 1.0  # GEMMs of block-scaled FP8 weights against per-tensor FP8 GEMMs
+    sustained_flops_per_s: float | None = None  # 16-bit GEMMs under continuous load (None: no limit known)
+    sustained_fp8_flops_per_s: float | None = None  # FP8 GEMMs under continuous load
     engine: EngineSpec = field(default_factory=EngineSpec)
 
     @classmethod
@@ -457,6 +459,8 @@ class GpuSpec:
             prefill_attention_half_efficiency_tokens=num(hardware.prefill_attention_half_efficiency_tokens, 0.0),
             prefill_attention_half_occupancy_tiles=num(hardware.prefill_attention_half_occupancy_tiles, 0.0),
             memory_reported_bytes=opt(hardware.memory_reported_bytes, None),
+            sustained_flops_per_s=opt(hardware.sustained_bf16_flops_per_s, None),
+            sustained_fp8_flops_per_s=opt(hardware.sustained_fp8_flops_per_s, None),
             engine=engine_spec,
         )
         return replace(
@@ -505,6 +509,27 @@ class GpuSpec:
         if precision == "fp8" and self.peak_fp8_flops_per_s is not None:
             return self.peak_fp8_flops_per_s
         return self.peak_flops_per_s
+
+    def gemm_sustained_flops_per_s(self, precision: Precision) -> float:
+        """The most FLOP/s GEMMs with ``precision`` weights hold under continuous load (``inf``: no limit
+        measured). A busy GPU runs at its board power limit, and the clock it holds there caps what
+        compute-bound kernels reach, below what short timed bursts of them show (``validation/kernels/
+        sustained``: an H100 SXM's Llama-3.1-70B GEMMs at 4,096 tokens fall from 734 to 697 TFLOP/s in
+        BF16 within 10 s, its SM clock from 1,980 to ~1,350 MHz at 700 W). FP4 weights on a GPU without
+        FP4 tensor cores run the 16-bit path and its limit; a GPU's FP4 path has none measured."""
+        if precision == "fp4":
+            return math.inf if self.peak_fp4_flops_per_s is not None else self._sustained(self.sustained_flops_per_s)
+        if precision == "fp8" and self.peak_fp8_flops_per_s is not None:
+            return self._sustained(self.sustained_fp8_flops_per_s)
+        return self._sustained(self.sustained_flops_per_s)
+
+    @staticmethod
+    def _sustained(value: float | None) -> float:
+        return math.inf if value is None else value
+
+    def in_bursts(self) -> GpuSpec:
+        """This GPU timed in short bursts (single kernels timed apart), below its power limit."""
+        return replace(self, sustained_flops_per_s=None, sustained_fp8_flops_per_s=None)
 
 
 def blocks_for_tokens(num_tokens: int, block_size_tokens: int) -> int:

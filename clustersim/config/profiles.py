@@ -85,6 +85,9 @@ class HardwareProfile(_Physical):
     interconnect_efficiency_frac: Cited[float] | None = None
     pcie_bandwidth_bytes_per_s: Cited[float] | None = None
     hourly_price_usd: Cited[float] | None = None
+    # measured: the tensor-core rate held under continuous load, at the board's power limit
+    sustained_bf16_flops_per_s: Cited[float] | None = None
+    sustained_fp8_flops_per_s: Cited[float] | None = None
     # calibrated: dense GEMMs
     compute_efficiency_frac: Cited[float]
     memory_efficiency_frac: Cited[float]

@@ -19,6 +19,7 @@ from clustersim.validation.report import (
     unfitted_files,
     write_scored,
 )
+from clustersim.validation.sustained import format_sustained, load_sustained
 
 TARGETS_PCT = {"linear": 10.0, "linear_fp8": 10.0, "attention_decode": 20.0, "all_reduce": 20.0}
 
@@ -47,6 +48,9 @@ def run_validate_cost(
     scored = score(samples, gpus)
     unfitted = unfitted_files(samples)
     lines.append(format_mape_table(mape_table(scored), TARGETS_PCT, unfitted))
+    sustained = load_sustained(kernels_dir) if kernels_dir is not None else []
+    if sustained:
+        lines.extend(("", format_sustained(sustained)))
     if fit:
         keep = {name: published_keys(catalogue.hardware(name)) for name in names}
         calibration = calibrate(samples, gpus, keep)

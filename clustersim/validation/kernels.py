@@ -99,7 +99,10 @@ class KernelSample:
     batch: StepBatch | None = None
 
     def predict_s(self, gpu: GpuSpec) -> float:
-        """The cost model's time for this sample on ``gpu`` (the same functions a step is priced with)."""
+        """The cost model's time for this sample on ``gpu`` (the same functions a step is priced with).
+        Single kernels were timed in short bursts, below the GPU's power limit; whole steps under it."""
+        if self.group != "step":
+            gpu = gpu.in_bursts()
         if self.group in ("linear", "linear_fp8"):
             assert self.model is not None
             return sum(gemm_time(g, self.model, gpu).time_s for g in self.gemms)

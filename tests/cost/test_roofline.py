@@ -645,3 +645,35 @@ def test_without_cuda_graphs_a_compiled_engine_launches_eagerly():
     loaded = LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path("."))
     engine = plan_run(loaded, Catalogue.builtin()).groups[0].gpu.engine
     assert engine.cuda_graph_max_seqs == 0 and engine.launch_overhead_per_layer_compiled_s == 0.0
+
+
+def test_gemms_never_run_faster_than_the_gpu_holds_at_its_power_limit():
+    catalogue = Catalogue.builtin()
+    h100 = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm"))
+    assert (h100.sustained_flops_per_s, h100.sustained_fp8_flops_per_s) == (6.9711e14, 1.315e15)  # measured
+    llama = ModelShape.from_profile(catalogue.model("Llama-3.1-8B"))
+    prefill = StepBatch(prefill_new_tokens=(8192,), prefill_context_tokens=(0,))
+    decode = StepBatch(num_decode_seqs=8, decode_context_tokens=8000)
+    fast = replace(h100, compute_efficiency_frac=1.0)  # an engine scaled past what the power limit allows
+    for model, limit in ((llama, 6.9711e14), (llama.with_precision("fp8", None), 1.315e15)):
+        linear = price_step(prefill, model, fast, 1).op("linear")
+        assert linear.time_s == pytest.approx(linear.flops / limit, rel=1e-9)  # every GEMM at the limit
+        assert price_step(prefill, model, fast.in_bursts(), 1).op("linear").time_s < 0.8 * linear.time_s
+        slow = replace(h100, compute_efficiency_frac=0.5)  # below the limit: the roofline decides
+        assert price_step(prefill, model, slow, 1).op("linear") == price_step(prefill, model, slow.in_bursts(), 1).op(
+            "linear"
+        )
+        assert price_step(decode, model, fast, 1).op("linear") == price_step(decode, model, fast.in_bursts(), 1).op(
+            "linear"
+        )  # memory-bound decode GEMMs are far below it
+
+
+def test_the_power_limit_of_a_precision_follows_the_path_its_gemms_run():
+    gpu = replace(GPU, peak_fp8_flops_per_s=2000.0, sustained_flops_per_s=300.0, sustained_fp8_flops_per_s=600.0)
+    assert gpu.gemm_sustained_flops_per_s("bf16") == 300.0
+    assert gpu.gemm_sustained_flops_per_s("fp8") == 600.0
+    assert gpu.gemm_sustained_flops_per_s("fp4") == 300.0  # no FP4 tensor cores: dequantized to 16 bits
+    assert replace(gpu, peak_fp4_flops_per_s=4000.0).gemm_sustained_flops_per_s("fp4") == math.inf  # none measured
+    assert replace(gpu, peak_fp8_flops_per_s=None).gemm_sustained_flops_per_s("fp8") == 300.0  # 16-bit path
+    assert GPU.gemm_sustained_flops_per_s("bf16") == math.inf  # no limit measured: none applied
+    assert gpu.in_bursts().gemm_sustained_flops_per_s("fp8") == math.inf

@@ -77,3 +77,45 @@ def test_missing_kernels_folder_is_one_line_error(tmp_path: Path):
     result = CliRunner().invoke(main, ["validate-cost", str(tmp_path), "--kernels", str(tmp_path / "nope")])
     assert result.exit_code == 2
     assert "no such folder" in result.output
+
+
+def test_sustained_rates_are_the_median_once_the_power_limit_holds(tmp_path: Path):
+    from clustersim.validation.sustained import format_sustained, load_sustained
+
+    (tmp_path / "sustained").mkdir()
+    (tmp_path / "x.environment.json").write_text('{"device": "NVIDIA H200"}')
+    rows = ["phase,t_s,window_s,launches,work_per_s"]
+    rows += [f"gemm_bf16,{t / 4:.2f},0.25,16,{(800 if t < 8 else 700) * 1e12}" for t in range(60)]  # 15 s
+    rows += ["gemm_fp8,15.0,0.25,16,1.4e15", "gemm_fp8,26.0,0.25,16,1.3e15"]
+    (tmp_path / "sustained" / "x.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "sustained" / "x-nvidia-smi.csv").write_text("t_s,clocks.sm\n0.0,1980\n")  # the clock log: skipped
+    bf16, fp8 = load_sustained(tmp_path)
+    assert (bf16.gpu, bf16.phase, bf16.first_per_s, bf16.settled_per_s) == ("H200", "gemm_bf16", 800e12, 700e12)
+    assert (fp8.first_per_s, fp8.settled_per_s) == (1.4e15, 1.3e15)  # times from the phase's own start
+    assert "H200       gemm_bf16       800.0    700.0  0.875" in format_sustained([bf16, fp8])
+    assert load_sustained(tmp_path / "sustained") == []  # no sustained/ folder: nothing
+
+
+def test_a_sustained_table_too_short_to_settle_is_a_config_error(tmp_path: Path):
+    from clustersim.errors import ConfigError
+    from clustersim.validation.sustained import sustained_rates
+
+    path = tmp_path / "x.csv"
+    path.write_text("phase,t_s,window_s,launches,work_per_s\ngemm_bf16,0.3,0.25,16,7e14\ngemm_bf16,5.0,0.25,16,7e14\n")
+    with pytest.raises(ConfigError, match="phase gemm_bf16 ran under 10 s"):
+        sustained_rates(path, "H200")
+    path.write_text("phase,t_s\ngemm_bf16,0.3\n")
+    with pytest.raises(ConfigError, match="work_per_s: missing column"):
+        sustained_rates(path, "H200")
+
+
+def test_the_shipped_sustained_tables_give_the_profiles_power_limited_rates():
+    from clustersim.config.catalogue import Catalogue
+    from clustersim.validation.sustained import load_sustained
+
+    catalogue = Catalogue.builtin()
+    for rate in load_sustained(KERNELS):
+        if not rate.phase.startswith("gemm_"):
+            continue
+        field = "sustained_fp8_flops_per_s" if rate.phase == "gemm_fp8" else "sustained_bf16_flops_per_s"
+        assert getattr(catalogue.hardware(rate.gpu), field).value == pytest.approx(rate.settled_per_s, rel=1e-4)
