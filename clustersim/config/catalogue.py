@@ -82,18 +82,25 @@ class Catalogue:
         folder, model_cls = _KINDS[kind]
         return [load_profile_file(p, model_cls) for p in sorted((self.root / folder).glob("*.yaml"))]  # type: ignore[type-var]
 
+    def find(self, kind: str, name: str) -> AnyProfile | None:
+        """The profile of ``kind`` named ``name`` (or with it as an alias, any case), None if there is none.
+        A profile file that does not load is an error, not a missing profile."""
+        wanted = name.lower()
+        for profile in self._all(kind):
+            if wanted in (k.lower() for k in (profile.name, *profile.aliases)):
+                return profile
+        return None
+
     def _find(self, kind: str, name: str, scenario_source: str, field_path: str) -> AnyProfile:
         if name.endswith((".yaml", ".yml")):  # a profile file of the user's, relative to the scenario's folder
             path = Path(name) if self.base_dir is None else self.base_dir / name
             if not path.is_file():
                 raise ConfigError(scenario_source, field_path, f"no such {kind} profile file {path}")
             return load_profile_file(path, _KINDS[kind][1])  # type: ignore[type-var]
+        found = self.find(kind, name)
+        if found is not None:
+            return found
         profiles = self._all(kind)
-        wanted = name.lower()
-        for profile in profiles:
-            keys = [profile.name, *profile.aliases]
-            if wanted in (k.lower() for k in keys):
-                return profile
         known = [p.name for p in profiles]
         all_keys = known + [a for p in profiles for a in p.aliases]
         raise ConfigError(

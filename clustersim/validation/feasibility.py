@@ -18,7 +18,6 @@ import math
 
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
-from clustersim.errors import ConfigError
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.rowscenario import earlier_run_draws, resolve_model, sglang_random_draws
 
@@ -31,12 +30,11 @@ def _seconds_per_prompt_token(row: CorpusRow, catalogue: Catalogue) -> float | N
     """The least prefill time per prompt token of the row's deployment: its linear layers' FLOPs at every
     GPU's datasheet peak (None: its model, GPU or precision unknown)."""
     name = resolve_model(row.model, catalogue)
-    try:
-        hardware = catalogue.hardware(row.gpu)
-    except ConfigError:
+    if catalogue.find("hardware", row.gpu) is None or name is None:
         return None
-    if name is None or row.weight_precision not in (None, "bf16", "fp16", "fp8", "fp4"):
+    if row.weight_precision not in (None, "bf16", "fp16", "fp8", "fp4"):
         return None
+    hardware = catalogue.hardware(row.gpu)
     shape = ModelShape.from_profile(catalogue.model(name))
     if row.weight_precision is not None:
         shape = shape.with_precision(row.weight_precision, None)  # type: ignore[arg-type]

@@ -37,7 +37,6 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import HardwareProfile, ModelProfile
 from clustersim.config.releases import release_numbers
 from clustersim.config.scenario import KVCache
-from clustersim.errors import ConfigError
 from clustersim.validation.benchtools import TRTLLM_BENCH_KV_FRAC, BenchSettings, trtllm_bench_settings
 from clustersim.validation.corpus import RANGE_DATASET, SGLANG_RANDOM_DATASET, CorpusRow
 
@@ -194,18 +193,16 @@ def model_names(name: str) -> list[str]:
 
 def resolve_model(name: str, catalogue: Catalogue) -> str | None:
     for candidate in model_names(name):
-        try:
-            return catalogue.model(candidate).name
-        except ConfigError:
-            continue
+        found = catalogue.find("model", candidate)
+        if found is not None:
+            return found.name
     return None
 
 
 def _lookup_hardware(name: str, catalogue: Catalogue) -> HardwareProfile | None:
-    try:
-        return catalogue.hardware(name)
-    except ConfigError:
-        return None
+    found = catalogue.find("hardware", name)
+    assert found is None or isinstance(found, HardwareProfile)
+    return found
 
 
 def _precision(row: CorpusRow, hardware: HardwareProfile) -> tuple[str | None, str | None]:

@@ -69,6 +69,22 @@ def test_a_profiles_folder_must_be_one(tmp_path):
     assert "is not a hardware_profiles folder (gpus/, models/, engines/)" in result.output
 
 
+def test_a_broken_profile_is_an_error_not_a_missing_gpu(tmp_path):
+    import shutil
+
+    from clustersim.config.catalogue import Catalogue
+
+    profiles = tmp_path / "hp"
+    shutil.copytree(Catalogue.builtin().root, profiles)
+    h100 = profiles / "gpus" / "h100-sxm.yaml"
+    h100.write_text(h100.read_text().replace("value: 6.9711e+14", "value: -5"))
+    args = ["validate", str(corpus(tmp_path)), "--profiles", str(profiles), "--out", str(tmp_path / "o")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert f"{h100}: sustained_bf16_flops_per_s: -5 must be positive" in result.output
+    assert "no hardware profile" not in result.output
+
+
 def test_a_row_whose_ttft_no_gpu_could_reach_is_warned_about(tmp_path):
     folder = tmp_path / "corpus"
     folder.mkdir()
