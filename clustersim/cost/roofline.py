@@ -55,7 +55,7 @@ from clustersim.cost.ops import (
     prefill_attention_work,
 )
 
-Bound = Literal["compute", "memory", "latency", "fixed"]
+Bound = Literal["compute", "memory", "power", "latency", "fixed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +100,23 @@ class _Timed:
     time_s: float
     compute_s: float
     memory_s: float
+    power_s: float = 0.0  # the time of the parts held to the GPU's power-limited rate (sustained_s)
+
+
+def _roofline_bound(compute_s: float, memory_s: float) -> Bound:
+    return "compute" if compute_s >= memory_s else "memory"
 
 
 def _kernels(name: str, parts: Iterable[_Timed], count: float = 1.0, bound: Bound | None = None) -> OpCost:
-    flops = num_bytes = time_s = compute_s = memory_s = 0.0
+    flops = num_bytes = time_s = compute_s = memory_s = power_s = 0.0
     for part in parts:
         flops += part.flops
         num_bytes += part.bytes
         time_s += part.time_s
         compute_s += part.compute_s
         memory_s += part.memory_s
-    chosen: Bound = bound or ("compute" if compute_s >= memory_s else "memory")
+        power_s += part.power_s
+    chosen: Bound = bound or ("power" if 2.0 * power_s >= time_s > 0.0 else _roofline_bound(compute_s, memory_s))
     return OpCost(name, count * flops, count * num_bytes, count * time_s, chosen)
 
 
@@ -129,7 +135,14 @@ def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
     compute_s = flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
     memory_s = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     time_s = gpu.gemm_kernel_latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
-    return _Timed(flops, num_bytes, max(time_s, sustained_s(flops, model, gpu)), compute_s, memory_s)
+    return _limited(_Timed(flops, num_bytes, time_s, compute_s, memory_s), sustained_s(flops, model, gpu))
+
+
+def _limited(timed: _Timed, limit_s: float) -> _Timed:
+    """``timed`` held to at least ``limit_s``, the power-limited time of its work (marked as such)."""
+    if limit_s <= timed.time_s:
+        return timed
+    return _Timed(timed.flops, timed.bytes, limit_s, timed.compute_s, timed.memory_s, limit_s)
 
 
 def sustained_s(flops: float, model: ModelShape, gpu: GpuSpec) -> float:
@@ -151,7 +164,7 @@ def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
     time_s = latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
-    return _Timed(work.flops, work.bytes, max(time_s, sustained_s(work.flops, model, gpu)), compute_s, memory_s)
+    return _limited(_Timed(work.flops, work.bytes, time_s, compute_s, memory_s), sustained_s(work.flops, model, gpu))
 
 
 def _memory_bound_time(work: Work, gpu: GpuSpec) -> _Timed:

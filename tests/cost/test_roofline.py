@@ -658,6 +658,8 @@ def test_gemms_never_run_faster_than_the_gpu_holds_at_its_power_limit():
     for model, limit in ((llama, 6.9711e14), (llama.with_precision("fp8", None), 1.315e15)):
         linear = price_step(prefill, model, fast, 1).op("linear")
         assert linear.time_s == pytest.approx(linear.flops / limit, rel=1e-9)  # every GEMM at the limit
+        assert linear.bound == "power"  # what `clustersim step` prints: the power limit decides
+        assert price_step(prefill, model, fast.in_bursts(), 1).op("linear").bound == "compute"
         assert price_step(prefill, model, fast.in_bursts(), 1).op("linear").time_s < 0.8 * linear.time_s
         slow = replace(h100, compute_efficiency_frac=0.5)  # below the limit: the roofline decides
         assert price_step(prefill, model, slow, 1).op("linear") == price_step(prefill, model, slow.in_bursts(), 1).op(
