@@ -514,7 +514,7 @@ class GpuSpec:
         """The most FLOP/s GEMMs with ``precision`` weights hold under continuous load (``inf``: no limit
         measured). A busy GPU runs at its board power limit, and the clock it holds there caps what
         compute-bound kernels reach, below what short timed bursts of them show (``validation/kernels/
-        sustained``: an H100 SXM's Llama-3.1-70B GEMMs at 4,096 tokens fall from 734 to 697 TFLOP/s in
+        sustained``: an H100 SXM's Llama-3.1-70B GEMMs at 4,096 tokens fall from 720 to 697 TFLOP/s in
         BF16 within 10 s, its SM clock from 1,980 to ~1,350 MHz at 700 W). FP4 weights on a GPU without
         FP4 tensor cores run the 16-bit path and its limit; a GPU's FP4 path has none measured."""
         if precision == "fp4":
