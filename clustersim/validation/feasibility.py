@@ -19,7 +19,7 @@ import math
 from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.rowscenario import earlier_run_draws, resolve_model, sglang_random_draws
+from clustersim.validation.rowscenario import earlier_run_draws, lookup_hardware, resolve_model, sglang_random_draws
 
 # the published p99 must be under this share of the floor: the wave's lengths are random draws, and a
 # uniform draw of a few dozen prompts can fall well below its mean
@@ -30,11 +30,9 @@ def _seconds_per_prompt_token(row: CorpusRow, catalogue: Catalogue) -> float | N
     """The least prefill time per prompt token of the row's deployment: its linear layers' FLOPs at every
     GPU's datasheet peak (None: its model, GPU or precision unknown)."""
     name = resolve_model(row.model, catalogue)
-    if catalogue.find("hardware", row.gpu) is None or name is None:
+    hardware = lookup_hardware(row.gpu, catalogue)
+    if hardware is None or name is None or row.weight_precision not in (None, "bf16", "fp16", "fp8", "fp4"):
         return None
-    if row.weight_precision not in (None, "bf16", "fp16", "fp8", "fp4"):
-        return None
-    hardware = catalogue.hardware(row.gpu)
     shape = ModelShape.from_profile(catalogue.model(name))
     if row.weight_precision is not None:
         shape = shape.with_precision(row.weight_precision, None)  # type: ignore[arg-type]

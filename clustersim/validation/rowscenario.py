@@ -199,7 +199,8 @@ def resolve_model(name: str, catalogue: Catalogue) -> str | None:
     return None
 
 
-def _lookup_hardware(name: str, catalogue: Catalogue) -> HardwareProfile | None:
+def lookup_hardware(name: str, catalogue: Catalogue) -> HardwareProfile | None:
+    """The hardware profile named ``name``, None if the catalogue has none (a broken one is an error)."""
     found = catalogue.find("hardware", name)
     assert found is None or isinstance(found, HardwareProfile)
     return found
@@ -470,7 +471,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
     version = release_numbers(row.engine_version)
     if version is not None and version < engine[1]:
         return skip(f"{row.engine} {row.engine_version} is older than the modelled {'.'.join(map(str, engine[1]))}")
-    hardware = _lookup_hardware(row.gpu, catalogue)
+    hardware = lookup_hardware(row.gpu, catalogue)
     if hardware is None:
         return skip(f"no hardware profile for {row.gpu}")
     resolved = resolve_model(row.model, catalogue)

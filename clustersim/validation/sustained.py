@@ -31,7 +31,6 @@ class SustainedRate:
     phase: str
     first_per_s: float
     settled_per_s: float
-    num_windows: int
 
 
 def sustained_rates(path: Path, gpu: str) -> list[SustainedRate]:
@@ -50,7 +49,7 @@ def sustained_rates(path: Path, gpu: str) -> list[SustainedRate]:
         if settled.empty:
             raise ConfigError(str(path), "t_s", f"phase {phase} ran under {SETTLED_AFTER_S:g} s: nothing settled")
         first = rows.loc[since < FIRST_S, "work_per_s"].median()
-        rates.append(SustainedRate(gpu, str(phase), float(first), float(settled.median()), len(rows)))
+        rates.append(SustainedRate(gpu, str(phase), float(first), float(settled.median())))
     return rates
 
 
