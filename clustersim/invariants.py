@@ -65,10 +65,12 @@ def check_requests(requests: pa.Table | RequestTotals) -> list[str]:
 
 def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals, scenario: Scenario) -> list[str]:
     """Token conservation between the two logs, and the per-step limits."""
-    limits = scenario.scheduler
-    if isinstance(steps, pa.Table):
+    if isinstance(steps, pa.Table):  # every replica under the scenario's scheduler limits
+        limits = scenario.scheduler
         num_replicas = int(pc.max(steps.column("replica")).as_py() or 0) + 1 if steps.num_rows else 1
-        steps = StepTotals.of(steps, num_replicas, limits.max_num_batched_tokens)
+        steps = StepTotals.of(
+            steps, num_replicas, [limits.max_num_batched_tokens] * num_replicas, [limits.max_num_seqs] * num_replicas
+        )
     problems: list[str] = []
     if steps.bad_emission:
         problems.append("a step emitted fewer tokens than it decoded, or more than its decodes plus prefills")
@@ -80,13 +82,10 @@ def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals
         problems.append(
             f"token conservation: steps emitted {steps.emitted_tokens} tokens, requests record {emitted_by_requests}"
         )
-    if steps.max_num_seqs > limits.max_num_seqs:
-        problems.append(f"a step ran {steps.max_num_seqs} sequences > max_num_seqs {limits.max_num_seqs}")
-    if steps.max_over_budget_tokens:
-        problems.append(
-            f"a step batched {steps.max_over_budget_tokens} tokens > max_num_batched_tokens "
-            f"{limits.max_num_batched_tokens}"
-        )
+    if steps.over_seqs is not None:
+        problems.append("a step ran {} sequences > max_num_seqs {}".format(*steps.over_seqs))
+    if steps.over_tokens is not None:
+        problems.append("a step batched {} tokens > its token budget {}".format(*steps.over_tokens))
     if steps.bad_kv:
         problems.append("a step used more KV blocks than the replica has (or fewer than none)")
     return problems

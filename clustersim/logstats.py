@@ -3,7 +3,7 @@ checks and ``summary.json`` need, in memory independent of the run's length."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -41,18 +41,30 @@ class StepTotals:
         self.num_swaps = 0
         self.emitted_tokens = 0
         self.max_num_seqs = 0
-        self.max_over_budget_tokens = 0  # the most tokens a step batched beyond its budget (rows with 1 prefill aside)
+        self.over_seqs: tuple[int, int] | None = None  # (sequences, cap) of the step furthest over its replica's cap
+        self.over_tokens: tuple[int, int] | None = None  # (tokens, budget) likewise (rows with 1 prefill aside)
         self.bad_emission = False
         self.bad_kv = False
 
     @classmethod
-    def of(cls, source: pa.Table | Path, num_replicas: int, max_num_batched_tokens: int = 2**62) -> StepTotals:
+    def of(
+        cls,
+        source: pa.Table | Path,
+        num_replicas: int,
+        token_budgets: Sequence[int] | None = None,
+        seq_caps: Sequence[int] | None = None,
+    ) -> StepTotals:
+        """Totals of ``source``; a step is checked against its replica's ``token_budgets`` and
+        ``seq_caps`` (one per replica; no check where not given)."""
         totals = cls(num_replicas)
+        unlimited = np.full(num_replicas, 2**62, dtype=np.int64)
+        budgets = np.asarray(token_budgets, dtype=np.int64) if token_budgets is not None else unlimited
+        caps = np.asarray(seq_caps, dtype=np.int64) if seq_caps is not None else unlimited
         for batch in batches_of(source):
-            totals.add(batch, max_num_batched_tokens)
+            totals.add(batch, budgets, caps)
         return totals
 
-    def add(self, batch: pa.RecordBatch, max_num_batched_tokens: int) -> None:
+    def add(self, batch: pa.RecordBatch, token_budgets: np.ndarray, seq_caps: np.ndarray) -> None:
         if batch.num_rows == 0:
             return
         self.num_rows += batch.num_rows
@@ -70,12 +82,23 @@ class StepTotals:
         self.num_swaps += int(_col(batch, "num_swaps").sum())
         self.emitted_tokens += int((num_steps * emitted).sum())
         self.max_num_seqs = max(self.max_num_seqs, int(num_seqs.max()))
+        self.over_seqs = _furthest_over(num_seqs, seq_caps[replica], np.ones(num_seqs.size, bool), self.over_seqs)
         tokens = _col(batch, "num_prefill_tokens") + decode
-        over = (tokens > max_num_batched_tokens) & (prefill_seqs != 1)  # 1: a lone recompute may exceed it
-        if np.any(over):
-            self.max_over_budget_tokens = max(self.max_over_budget_tokens, int(tokens[over].max()))
+        alone = prefill_seqs == 1  # a lone recompute may exceed the budget
+        self.over_tokens = _furthest_over(tokens, token_budgets[replica], ~alone, self.over_tokens)
         self.bad_emission |= bool(np.any(emitted < decode) or np.any(emitted > decode + prefill_seqs))
         self.bad_kv |= bool(np.any(used > total) or np.any(used < 0))
+
+
+def _furthest_over(
+    values: np.ndarray, limits: np.ndarray, checked: np.ndarray, found: tuple[int, int] | None
+) -> tuple[int, int] | None:
+    """(value, limit) of the row furthest over its limit among ``checked`` rows, or ``found`` if none is further."""
+    excess = np.where(checked, values - limits, 0)
+    k = int(np.argmax(excess))
+    if excess[k] <= 0 or (found is not None and excess[k] <= found[0] - found[1]):
+        return found
+    return int(values[k]), int(limits[k])
 
 
 class MemoryTotals:

@@ -113,8 +113,9 @@ def _run_into(
     log.close()
     # the step and memory logs are read a batch at a time; the reasons are text no check or figure
     # needs, so they stay on disk
-    budget = plan.scenario.scheduler.max_num_batched_tokens
-    steps = StepTotals.of(out_dir / "steps.parquet", plan.num_replicas, budget)
+    limits = [plan.group_limits(group) for group in plan.replica_groups()]  # a micro-batch's each, with PP
+    budgets, caps = [lim.step_tokens for lim in limits], [lim.max_num_seqs for lim in limits]
+    steps = StepTotals.of(out_dir / "steps.parquet", plan.num_replicas, budgets, caps)
     memory = MemoryTotals.of(out_dir / "memory.parquet")
     requests = RequestTotals.of(out_dir / "requests.parquet")
     gaps = gap_bins_of(out_dir / "itl.parquet")

@@ -31,6 +31,7 @@ from clustersim.config.memorytiers import memory_settings
 from clustersim.config.profiles import EngineProfile, HardwareProfile
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
+from clustersim.cost.pipeline import PipelinedCostModel
 from clustersim.errors import ConfigError
 from clustersim.kvcache import ALLOCATORS, KVManager, KVSpec
 from clustersim.kvcache.sequence import Reservation, Reserve
@@ -100,10 +101,20 @@ class RunPlan:
             warm_segments=self.warm_segments,
         )
 
+    def group_limits(self, group: GroupPlan) -> StepLimits:
+        """The step limits of one replica of ``group``: with pipeline parallelism a micro-batch per
+        stage, each with the scheduler's token budget, and its ``max_num_seqs`` too where the engine
+        sets it per micro-batch (:mod:`clustersim.cost.pipeline`)."""
+        pp = group.pipeline_parallel
+        if pp == 1:
+            return self.limits
+        seqs = self.limits.max_num_seqs * (pp if self.policy.seqs_per_micro_batch else 1)
+        return dataclasses.replace(self.limits, max_num_seqs=seqs, num_micro_batches=pp)
+
     def replica_spec(self, index: int, group: GroupPlan) -> ReplicaSpec:
         return ReplicaSpec(
             index=index,
-            limits=self.limits,
+            limits=self.group_limits(group),
             max_model_len_tokens=group.model.max_model_len_tokens,
             fast_forward=self.scenario.simulation.fast_forward,
             pcie_bandwidth_bytes_per_s=group.gpu.pcie_bandwidth_bytes_per_s or 0.0,
@@ -313,6 +324,8 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     found = proposer(spec, model, tp, pp, catalogue, source) if spec is not None else NO_PROPOSER
     num_blocks, memory = kv_blocks(scenario, model, gpu, tp, pp, source, where_from, found)
     cost_model = COST_MODELS.get(scenario.cost.kind)(scenario.cost, model, gpu, tp, pp)
+    if pp > 1:  # a micro-batch per stage in flight
+        cost_model = PipelinedCostModel(cost_model, pp)
     if spec is not None:
         pace = spec.max_tokens_per_step(t.name for t in scenario.workload.tenants)
         cost_model = speculative_cost(spec, cost_model, found, gpu, tp, pace)

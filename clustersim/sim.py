@@ -56,7 +56,7 @@ def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) 
         group = groups[index]
         return Core(
             plan.replica_spec(index, group),
-            plan.policy.build(plan.limits),
+            plan.policy.build(plan.group_limits(group)),
             plan.allocator(plan.kv_spec(group)),
             SloAdmission(sched.slo_admission, plan.ttft_targets_s, group.cost_model),
             group.cost_model,

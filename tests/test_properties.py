@@ -37,10 +37,12 @@ requests_strategy = st.lists(
 
 @st.composite
 def clusters(draw: st.DrawFn) -> dict[str, Any]:
-    """One to three replicas, or two groups of different GPUs (a heterogeneous cluster)."""
+    """One to three replicas (pipeline-parallel ones, micro-batches in flight, among them), or two
+    groups of different GPUs (a heterogeneous cluster)."""
     cluster: dict[str, Any] = {"hardware": "H100-SXM", "model": "Llama-3.1-8B"}
     if draw(st.booleans()):
-        return {**cluster, "num_replicas": draw(st.integers(1, 3))}
+        pp = draw(st.sampled_from([1, 1, 2, 4]))
+        return {**cluster, "num_replicas": draw(st.integers(1, 3)), "pipeline_parallel": pp}
     return {**cluster, "groups": [{"count": draw(st.integers(1, 2))}, {"count": 1, "hardware": "A100-80GB"}]}
 
 

@@ -94,7 +94,7 @@ class Builder:
     def _tokens_left(self) -> int:
         core = self._core
         used = self.chunk_tokens + core.seats.num_decode if self.includes_decodes else self.chunk_tokens
-        return core.limits.max_num_batched_tokens - used
+        return core.limits.step_tokens - used
 
     # ------------------------------------------------------------------ primitives
     def decode(self) -> None:

@@ -15,7 +15,8 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.config.profiles import engine_scales
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
-from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
+from clustersim.cost.ops import expected_experts_touched
+from clustersim.cost.pipeline import PipelinedCostModel, mlp_gemms, moe_experts_work
 from clustersim.cost.roofline import (
     all_reduce_time_s,
     blend_s,
@@ -347,6 +348,8 @@ SHAPE_CASES = {
     "llama70b-tp1": lambda tp: _catalogue_model("Llama-3.1-70B", "H100-SXM", tp),
     "llama70b-fp8": lambda tp: _catalogue_model("Llama-3.1-70B", "H100-SXM", tp, precision="fp8"),
     "llama70b-pp2": lambda tp: _catalogue_model("Llama-3.1-70B", "A100-80GB", tp, pp=2),
+    # a micro-batch per stage in flight: the largest one's trip, its share of the context
+    "llama70b-pp4-pipelined": lambda tp: PipelinedCostModel(_catalogue_model("Llama-3.1-70B", "H100-SXM", tp, 4), 4),
     "mixtral": lambda tp: _catalogue_model("Mixtral-8x7B", "H200", tp),
     "deepseek-mla-moe": lambda tp: _catalogue_model("DeepSeek-V3", "B200", tp, precision="fp4"),
     "toy": lambda tp: RooflineCostModel(TOY, GPU, tp),

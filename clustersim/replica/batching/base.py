@@ -31,6 +31,14 @@ class StepLimits:
     batch_wait_s: float = 0.0
     long_prefill_token_threshold: int = 0  # a prompt's tokens in one step at most (0: the budget's)
     num_scheduler_steps: int = 1  # decode steps per scheduling decision (vLLM V0 multi-step; 1: every step)
+    # pipeline stages, each with a micro-batch in flight (clustersim.cost.pipeline): a step holds that
+    # many micro-batches, each with its own max_num_batched_tokens (a prompt's chunk stays within one)
+    num_micro_batches: int = 1
+
+    @property
+    def step_tokens(self) -> int:
+        """The tokens one step may hold: every micro-batch's budget."""
+        return self.max_num_batched_tokens * self.num_micro_batches
 
 
 class StepBuilder(Protocol):
@@ -93,6 +101,7 @@ class BatchingPolicy(Protocol):
     kv_per_chunk: ClassVar[bool]
     holds: ClassVar[bool]  # whether hold_until_s may ever hold
     multi_step: ClassVar[bool]
+    seqs_per_micro_batch: ClassVar[bool]  # max_num_seqs bounds each pipeline micro-batch, not the replica
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:
@@ -116,6 +125,7 @@ class PolicyBase:
     kv_per_chunk: ClassVar[bool] = False
     holds: ClassVar[bool] = False
     multi_step: ClassVar[bool] = False
+    seqs_per_micro_batch: ClassVar[bool] = False
 
     @classmethod
     def build(cls, limits: StepLimits) -> BatchingPolicy:

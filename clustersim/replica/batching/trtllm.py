@@ -12,6 +12,10 @@ split to the tokens the step has left.
 ``MAX_UTILIZATION`` packs as many requests as fit now and pauses the most recently started ones
 when the KV cache runs out: the rules of ``continuous`` (and of ``chunked_prefill`` with chunking),
 registered under TensorRT-LLM's names.
+
+With pipeline parallelism every micro-batch may hold ``max_batch_size`` requests and ``max_num_tokens``
+tokens (``TrtGptModelInflightBatching``: ``mNumMicroBatches`` = the PP size, its capacity scheduler
+sized ``getMaxBatchSize() * mNumMicroBatches``): ``seqs_per_micro_batch``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from clustersim.replica.batching.continuous import Continuous
 
 class TrtllmNoEvict(PolicyBase):
     kind = "trtllm_no_evict"
+    seqs_per_micro_batch = True
     whole_sequence_kv = True
 
     def plan(self, step: StepBuilder) -> None:
@@ -32,6 +37,7 @@ class TrtllmNoEvict(PolicyBase):
 
 class TrtllmNoEvictChunked(PolicyBase):
     kind = "trtllm_no_evict_chunked"
+    seqs_per_micro_batch = True
     whole_sequence_kv = True
     chunks_prompts = True
 
@@ -43,7 +49,9 @@ class TrtllmNoEvictChunked(PolicyBase):
 
 class TrtllmMaxUtilization(Continuous):
     kind = "trtllm_max_utilization"
+    seqs_per_micro_batch = True
 
 
 class TrtllmMaxUtilizationChunked(ChunkedPrefill):
     kind = "trtllm_max_utilization_chunked"
+    seqs_per_micro_batch = True

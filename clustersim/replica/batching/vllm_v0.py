@@ -19,6 +19,7 @@ from clustersim.replica.batching.base import PolicyBase, StepBuilder
 class VllmV0(PolicyBase):
     kind = "vllm_v0"
     multi_step = True
+    seqs_per_micro_batch = True  # one Scheduler per pipeline stage (virtual engine), each max_num_seqs
 
     def plan(self, step: StepBuilder) -> None:
         step.admit(chunked=False)
