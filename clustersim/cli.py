@@ -33,6 +33,7 @@ from clustersim.config.releases import checked_release
 from clustersim.config.scenario import Precision
 from clustersim.cost.base import StepBatch
 from clustersim.cost.describe import format_breakdown, format_catalogue
+from clustersim.cost.pipeline import largest_micro_batch
 from clustersim.cost.roofline import RooflineCostModel, small_kernels
 from clustersim.errors import ClusterSimError, did_you_mean, one_line
 from clustersim.eventlog import RunLog
@@ -307,13 +308,20 @@ def step(
         return
     prefill = (prefill_tokens,) if prefill_tokens else ()
     batch = StepBatch(prefill, (prefill_context,) if prefill else (), num_decode_seqs, num_decode_seqs * context_tokens)
-    cost = RooflineCostModel(shape, gpu, tensor_parallel, pipeline_parallel).price(batch)
+    micro = largest_micro_batch(batch, pipeline_parallel)  # a micro-batch per stage in flight
+    cost = RooflineCostModel(shape, gpu, tensor_parallel, pipeline_parallel).price(micro)
     release = f" {engine_version}" if engine_version else ""
     click.echo(
         f"{shape.name} ({shape.weight_precision} weights) on {tensor_parallel * pipeline_parallel} x {gpu.name} "
         f"(TP {tensor_parallel}, PP {pipeline_parallel}), engine {engine}{release}: {num_decode_seqs} decoding x "
         f"{context_tokens} context, prefill {prefill_tokens} (+{prefill_context} prior)"
     )
+    if micro is not batch:
+        click.echo(
+            f"{min(pipeline_parallel, batch.num_seqs)} micro-batches in flight: the step is the trip of the largest "
+            f"through all {pipeline_parallel} stages ({micro.num_decode_seqs} decoding, prefill "
+            f"{micro.num_prefill_tokens}); every sequence gains a token per trip"
+        )
     click.echo(format_breakdown(cost))
     if kernels := small_kernels(shape, gpu.engine):
         click.echo(
