@@ -20,11 +20,9 @@ One step of one replica (``tensor_parallel`` x ``pipeline_parallel`` GPUs) costs
 ``memory = bytes / (bandwidth x efficiency)``, and ``blend(c, m) = (c^p + m^p)^(1/p)``, which is the
 sharp roofline ``max(c, m)`` for ``p = inf`` and smooths the knee for a fitted finite ``p``.
 
-Pipeline parallelism: the replica has one batch in flight, which crosses every stage in turn, so a
-step costs the sum of all stages' work plus ``pp - 1`` activation hand-offs; while one stage works
-the others idle (a bubble of ``(pp - 1) / pp`` of the GPU time). This is the latency of one
-micro-batch, not the throughput of a filled pipeline: it under-states PP throughput when an engine
-keeps ``pp`` batches in flight, and is exact for a replica that does not.
+Pipeline parallelism: a batch crosses every stage in turn, so it costs the sum of all stages' work
+plus ``pp - 1`` activation hand-offs: the trip of one micro-batch. A replica keeps a micro-batch per
+stage in flight; :mod:`clustersim.cost.pipeline` prices its step as the largest one's trip.
 
 Kernels run one after another (no overlap between groups). The engine's host time is added to
 them, or, for an engine that prepares the next step while the GPU runs this one, partly hidden:

@@ -9,6 +9,10 @@ Multi-step scheduling (``scheduler.num_scheduler_steps``, vLLM's ``--num-schedul
 again; prompts that arrive meanwhile wait for the end of the run, and sequences swapped out come back
 only then. The replica enforces it (:meth:`clustersim.replica.core.Core.mid_multi_step`): between a
 run's boundaries its builder admits nothing and swaps nothing in, so this plan only decodes.
+
+Pipeline parallelism: V0 runs one scheduler per stage (a virtual engine, ``max_num_seqs`` each:
+``seqs_per_micro_batch``). The replica's one step stands for all of their micro-batches, so a prompt
+step here pauses every decode where the other virtual engines would go on decoding (TPOT pessimistic).
 """
 
 from __future__ import annotations
