@@ -15,8 +15,8 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.config.profiles import engine_scales
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
-from clustersim.cost.ops import expected_experts_touched
-from clustersim.cost.pipeline import PipelinedCostModel, mlp_gemms, moe_experts_work
+from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
+from clustersim.cost.pipeline import PipelinedCostModel
 from clustersim.cost.roofline import (
     all_reduce_time_s,
     blend_s,
