@@ -85,10 +85,6 @@ class PipelinedCostModel:
     num_stages: int
     _shapes: dict[tuple[int, int], DecodeStepShape] = field(default_factory=dict, init=False, repr=False)
 
-    def micro_batch(self, batch: StepBatch) -> StepBatch:
-        """The micro-batch whose trip through the pipeline the step of ``batch`` takes."""
-        return largest_micro_batch(batch, self.num_stages)
-
     def step_duration_s(self, batch: StepBatch) -> float:
         return self.inner.step_duration_s(largest_micro_batch(batch, self.num_stages))
 
