@@ -61,3 +61,27 @@ def test_violation_lists_every_problem(logs):
     requests, steps = logs
     with pytest.raises(InvariantViolation, match=r"broke 1 of its invariants .*KV blocks not conserved on replica 0"):
         check_run(requests, steps, SCENARIO, [ReplicaEndState(5, 4)])
+
+
+def test_each_replica_is_held_to_its_own_limits(logs):
+    """A pipeline-parallel replica's step may hold PP x the budget and, for some engines, PP x the
+    sequences: each step is checked against its own replica's limits, and the message names them."""
+    import pyarrow as pa
+
+    from clustersim.logstats import StepTotals
+
+    requests, steps = logs
+    wide = steps
+    for column, value in (("num_seqs", 6), ("num_prefill_tokens", 150), ("num_prefill_seqs", 2)):
+        wide = replace(wide, column, [value] * steps.num_rows)
+    wide = replace(replace(wide, "num_decode_tokens", [0] * steps.num_rows), "num_emitted_tokens", [0] * steps.num_rows)
+    on_pp_replica = replace(wide, "replica", [1] * steps.num_rows)
+    # replica 0: 100 tokens and 4 seats; replica 1 (PP 2, seats per micro-batch): 200 tokens and 8 seats
+    budgets, caps = [100, 200], [4, 8]
+    assert StepTotals.of(on_pp_replica, 2, budgets, caps).over_tokens is None
+    assert StepTotals.of(on_pp_replica, 2, budgets, caps).over_seqs is None
+    both = StepTotals.of(pa.concat_tables([on_pp_replica, wide]), 2, budgets, caps)
+    assert both.over_tokens == (150, 100) and both.over_seqs == (6, 4)
+    problems = check_steps(both, requests, SCENARIO)
+    assert "a step ran 6 sequences > max_num_seqs 4" in problems
+    assert "a step batched 150 tokens > its token budget 100" in problems
