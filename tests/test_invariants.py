@@ -76,6 +76,7 @@ def test_each_replica_is_held_to_its_own_limits(logs):
         wide = replace(wide, column, [value] * steps.num_rows)
     wide = replace(replace(wide, "num_decode_tokens", [0] * steps.num_rows), "num_emitted_tokens", [0] * steps.num_rows)
     on_pp_replica = replace(wide, "replica", [1] * steps.num_rows)
+    wide = replace(wide, "replica", [0] * steps.num_rows)  # the same column type as on_pp_replica's
     # replica 0: 100 tokens and 4 seats; replica 1 (PP 2, seats per micro-batch): 200 tokens and 8 seats
     budgets, caps = [100, 200], [4, 8]
     assert StepTotals.of(on_pp_replica, 2, budgets, caps).over_tokens is None
