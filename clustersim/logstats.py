@@ -40,7 +40,6 @@ class StepTotals:
         self.num_rows = 0
         self.num_swaps = 0
         self.emitted_tokens = 0
-        self.max_num_seqs = 0
         self.over_seqs: tuple[int, int] | None = None  # (sequences, cap) of the step furthest over its replica's cap
         self.over_tokens: tuple[int, int] | None = None  # (tokens, budget) likewise (rows with 1 prefill aside)
         self.bad_emission = False
@@ -81,7 +80,6 @@ class StepTotals:
         np.maximum.at(self.kv_peak_frac, replica, used / total)
         self.num_swaps += int(_col(batch, "num_swaps").sum())
         self.emitted_tokens += int((num_steps * emitted).sum())
-        self.max_num_seqs = max(self.max_num_seqs, int(num_seqs.max()))
         self.over_seqs = _furthest_over(num_seqs, seq_caps[replica], np.ones(num_seqs.size, bool), self.over_seqs)
         tokens = _col(batch, "num_prefill_tokens") + decode
         alone = prefill_seqs == 1  # a lone recompute may exceed the budget

@@ -54,9 +54,10 @@ def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) 
 
     def make(index: int) -> Core:
         group = groups[index]
+        spec = plan.replica_spec(index, group)
         return Core(
-            plan.replica_spec(index, group),
-            plan.policy.build(plan.group_limits(group)),
+            spec,
+            plan.policy.build(spec.limits),
             plan.allocator(plan.kv_spec(group)),
             SloAdmission(sched.slo_admission, plan.ttft_targets_s, group.cost_model),
             group.cost_model,

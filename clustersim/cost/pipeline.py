@@ -31,13 +31,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from clustersim.cost.base import CostModel, DecodeStepShape, StepBatch
-
-
-class _Verifying(CostModel, Protocol):
-    def verify_step_shape(self, num_seqs: int, tokens_per_seq: int) -> DecodeStepShape: ...
+from clustersim.cost.speculative import VerifyingCostModel
 
 
 def largest_micro_batch(batch: StepBatch, num_stages: int) -> StepBatch:
@@ -108,7 +104,7 @@ class PipelinedCostModel:
         return shape
 
 
-def _verifying(model: CostModel) -> _Verifying:
+def _verifying(model: CostModel) -> VerifyingCostModel:
     if not hasattr(model, "verify_step_shape"):
         raise TypeError(f"{type(model).__name__} cannot price a verify step")
     return model  # type: ignore[return-value]
