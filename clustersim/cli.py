@@ -306,6 +306,9 @@ def step(
     except ClusterSimError as exc:
         fail(str(exc))
         return
+    if pipeline_parallel > shape.num_layers:
+        fail(f"--pp: {pipeline_parallel} stages for {shape.name}'s {shape.num_layers} layers")
+        return
     prefill = (prefill_tokens,) if prefill_tokens else ()
     batch = StepBatch(prefill, (prefill_context,) if prefill else (), num_decode_seqs, num_decode_seqs * context_tokens)
     micro = largest_micro_batch(batch, pipeline_parallel)  # a micro-batch per stage in flight

@@ -39,6 +39,20 @@ def test_step_with_unknown_model_is_one_line_error():
     assert result.output.count("\n") == 1 and "--model: unknown model 'Llama-9'" in result.output
 
 
+def test_step_with_more_stages_than_layers_is_one_line_error():
+    result = CliRunner().invoke(main, ["step", "--hardware", "H100", "--model", "Llama-3.1-8B", "--pp", "64"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "--pp: 64 stages for Llama-3.1-8B's 32 layers" in result.output
+
+
+def test_step_with_pipeline_stages_prices_the_largest_micro_batch_in_flight():
+    result = CliRunner().invoke(
+        main, ["step", "--hardware", "H100", "--model", "Llama-3.1-70B", "--pp", "2", "--batch", "64"]
+    )
+    assert result.exit_code == 0
+    assert "2 micro-batches in flight" in result.output and "(32 decoding, prefill 0)" in result.output
+
+
 def test_step_says_when_a_release_changes_nothing():
     """A built-in engine records no kernel releases: an older --engine-version is priced as today's, and
     the command says so instead of printing the same figures as if they were the older release's."""
