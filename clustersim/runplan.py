@@ -146,6 +146,7 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
             sched.batch_wait_s,
             sched.long_prefill_token_threshold,
             sched.num_scheduler_steps,
+            decode_reserve=sched.decode_reserve,
         ),
         reserve=kv_reserve(scenario, policy, groups[0].model.max_model_len_tokens),
         ttft_targets_s=ttft_targets,

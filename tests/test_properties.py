@@ -60,6 +60,9 @@ CLOSED_LOOP = {
 }
 
 
+DEFAULT_RESERVE = {"init_ratio": 0.7, "min_ratio": 0.098, "decay_steps": 600, "clip_tokens": 4096, "retract_steps": 20}
+
+
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     requests = sorted(draw(requests_strategy))
@@ -74,6 +77,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
                 "vllm_v1",
                 "trtllm_no_evict",
                 "trtllm_no_evict_chunked",
+                "sglang",
             ]
         )
     )
@@ -99,6 +103,12 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         scheduler["long_prefill_token_threshold"] = draw(st.sampled_from([0, 0, 16, 100]))
     if policy == "vllm_v0":  # multi-step scheduling: decode runs between scheduler calls
         scheduler["num_scheduler_steps"] = draw(st.sampled_from([1, 1, 2, 5]))
+    if policy in ("sglang", "continuous", "chunked_prefill", "vllm_v1"):  # admission holds back future tokens
+        reserve = draw(st.sampled_from([None, "sglang", "fast"]))
+        if reserve == "sglang":
+            scheduler["decode_reserve"] = DEFAULT_RESERVE
+        elif reserve == "fast":  # decays to its floor within a run, clips long outputs, retracts a lot
+            scheduler["decode_reserve"] = {**DEFAULT_RESERVE, "init_ratio": 0.9, "decay_steps": 7, "clip_tokens": 9}
     return {
         "name": "prop",
         "seed": draw(st.integers(0, 10)),

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from clustersim.config.base import StrictModel
 from clustersim.config.memorytiers import GpuMemoryRule
 from clustersim.config.releases import checked_release, runs_before
+from clustersim.config.reserve import DecodeReserve
 
 T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
@@ -211,6 +212,7 @@ class EngineSchedulerDefaults(StrictModel):
     policy: Cited[str] | None = None
     max_num_seqs: Cited[int] | None = None
     max_num_batched_tokens: Cited[int] | None = None
+    decode_reserve: Cited[DecodeReserve] | None = None
 
 
 class EngineKVDefaults(StrictModel):

@@ -25,6 +25,7 @@ from clustersim.config.faults import Autoscaler, Faults, ScriptedFaults
 from clustersim.config.profiles import Precision as Precision  # re-exported: the scenario fields' type
 from clustersim.config.profiles import WeightScaling
 from clustersim.config.releases import checked_release
+from clustersim.config.reserve import DecodeReserve
 from clustersim.config.routing import RoundRobinRouter, RouterConfig
 from clustersim.config.speculative import Speculative
 from clustersim.config.window import Metrics
@@ -206,6 +207,9 @@ class Scheduler(StrictModel):
     (policy ``vllm_v0``; 1: every step): vLLM V0's multi-step scheduling, ``--num-scheduler-steps``: a
     scheduled decode batch runs that many steps before the scheduler runs again, so a prompt arriving
     meanwhile waits for the run's end, and the scheduling and input preparation are paid once per run.
+    ``decode_reserve`` (unset: none): admission holds back KV for the tokens the running requests may
+    still make, SGLang's ``new_token_ratio`` (:class:`~clustersim.config.reserve.DecodeReserve`; the
+    ``sglang`` engine sets it).
     """
 
     policy: str = "continuous"
@@ -216,6 +220,7 @@ class Scheduler(StrictModel):
     slo_admission: SloAdmissionMode = "off"
     long_prefill_token_threshold: NonNegativeInt = 0
     num_scheduler_steps: PositiveInt = 1
+    decode_reserve: DecodeReserve | None = None
 
     @field_validator("policy")
     @classmethod

@@ -101,6 +101,8 @@ class Builder:
         """Include the running decodes; grow their KV blocks for this step, preempting the newest if short."""
         core, d = self._core, self.decode_index
         self.includes_decodes = True
+        if core.reservation is not None and core.kv.growing:
+            self._retract(d)
         short = core.kv.grow(d)
         if len(short) > 1:  # admission order, as each would take its block in turn: a preempted
             short.sort(key=attrgetter("order"))  # sequence (the newest) never took its block yet
@@ -108,12 +110,31 @@ class Builder:
             # a preempted sequence's computed blocks may go to the prefix cache, not the free pool:
             # they count, as unused cached blocks do (evicted when the block is taken)
             while seq.alive and core.kv.growth_free() == 0:
-                copied = core.preempt(core.seats.newest(), d)
-                self.swap_blocks += copied
-                self.num_swapped_out += copied > 0
-                self.num_preempted += 1
+                self._preempt_newest(d)
             if seq.alive:
                 core.kv.grow_one()
+
+    def _retract(self, d: int) -> None:
+        """SGLang, before a decode step its pool cannot hold: retract the newest requests until each
+        remaining one has room for ``retract_steps`` more tokens, then raise the reserve
+        (``Scheduler.update_running_batch``: ``check_decode_mem``, ``ScheduleBatch.retract_decode``)."""
+        core = self._core
+        kv, seats, reservation = core.kv, core.seats, core.reservation
+        assert reservation is not None
+        if kv.growth(d, d) <= kv.growth_free():
+            return
+        room, bs = reservation.rule.retract_steps, kv.block_size_tokens
+        while seats.num_decode > 1 and (
+            kv.growth_free() * bs < room * seats.num_decode or kv.growth(d, d) > kv.growth_free()
+        ):
+            self._preempt_newest(d)
+        reservation.retracted(seats, d)
+
+    def _preempt_newest(self, d: int) -> None:
+        copied = self._core.preempt(self._core.seats.newest(), d)
+        self.swap_blocks += copied
+        self.num_swapped_out += copied > 0
+        self.num_preempted += 1
 
     def swap_in(self) -> None:
         """Bring swapped-out sequences back, oldest first, while seats and blocks allow."""
@@ -209,6 +230,9 @@ class Builder:
         cached = 0
         per_chunk = self.per_chunk
         cap = self._chunk_cap()  # at least the budget left unless a chunking policy sets the threshold
+        reservation, d = core.reservation, self.decode_index
+        running = reservation.running_tokens(core.seats, d) if reservation is not None else 0
+        charged = 0  # what the requests admitted in this step may make (their prompts hold blocks already)
         while head is not None and num_admitted != max_admitted:
             if core.swapped and not _landed(head):
                 break
@@ -228,12 +252,18 @@ class Builder:
             else:
                 needed = kv.blocks_to_admit(head, cached)
             first = not self.chunks
-            if not admits(
-                head, max_seqs - len(seats), tokens_left, needed, kv.admission_free(hit), first, chunked, cached
-            ):
+            free = kv.admission_free(hit)
+            if not admits(head, max_seqs - len(seats), tokens_left, needed, free, first, chunked, cached):
                 break
+            if reservation is not None and seats:  # an idle replica admits what its pool holds (SGLang clamps
+                # max_new_tokens to the pool, so a request alone always fits)
+                need = reservation.need(prefill_tokens_of(head) - cached, head.output_tokens)
+                if not reservation.fits(need, free * kv.block_size_tokens, running, d, charged):
+                    break
             seat = core.seat(core.pop_head(), hit, cached, self.now_s, needed if per_chunk else -1)
             chunk = min(seat.prefill_tokens, tokens_left, cap) if chunked else seat.prefill_tokens
+            if reservation is not None and chunk == seat.prefill_tokens:  # a cut prompt is charged its chunk only
+                charged += min(head.output_tokens, reservation.clip)
             self.chunks.append((seat, chunk))
             self.chunk_tokens += chunk
             tokens_left -= chunk

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from clustersim.cost.base import CostModel, DecodeStepShape
 from clustersim.cost.runs import run_duration_s
 from clustersim.eventlog import RunLog
@@ -36,6 +38,7 @@ from clustersim.replica.builder import Builder
 from clustersim.replica.gaps import GapTracker
 from clustersim.replica.queues import WaitingQueue
 from clustersim.replica.remote import RemoteKV
+from clustersim.replica.reservation import Reservation
 from clustersim.replica.seats import Seat, SeatSet
 from clustersim.replica.step import DecodeAnchor, Step
 from clustersim.workload.request import NO_REMOTE_KV, Request
@@ -85,6 +88,10 @@ class Core:
         self.deferred: deque[Request] = deque()  # predicted to miss their TTFT: served when nothing else waits
         self.swapped: deque[tuple[Request, int, int]] = deque()  # (request, KV tokens, host blocks), oldest first
         self.seats = SeatSet()
+        rule = spec.limits.decode_reserve
+        self.reservation = Reservation(rule) if rule is not None else None
+        if rule is not None:
+            self.seats.long_output_tokens = rule.clip_tokens
         self.in_flight: Step | None = None
         self.anchor: DecodeAnchor | None = None
         self.multi_step_start: int | None = None  # decode index where the multi-step run in progress began
@@ -218,6 +225,8 @@ class Core:
                     self.deferred.append(request)
         builder = self._builder
         builder.reset(now_s)
+        if self.reservation is not None and not self.seats.seats:
+            self.reservation.idle(self.seats.decode_index)
         self.policy.plan(builder)
         batch = builder.batch()
         if batch is None:
@@ -302,6 +311,8 @@ class Core:
         if self.kv.growing:
             num_steps = 1 + self.kv.affordable_steps(d + 1, num_steps - 1)
         head = self._waiting_head()
+        if num_steps > 1 and head is not None and self.reservation is not None:
+            num_steps = self._reserve_cut(d, num_steps, head)
         if num_steps > 1 and head is not None and self.slo.active and self.slo.acts_on(head, step.end_of(num_steps)):
             low, high = 1, num_steps  # the first boundary at which the plan would act on the head
             while low < high:
@@ -312,6 +323,34 @@ class Core:
                     low = mid + 1
             num_steps = low
         return num_steps
+
+    def _reserve_cut(self, d: int, num_steps: int, head: Request) -> int:
+        """The run from decode step ``d`` ends before the first of its later plans whose reserve would
+        admit the waiting ``head`` (the ratio decays and the running requests' tokens left shrink
+        while the free blocks only fall): cutting at a plan that then admits nothing is harmless."""
+        reservation, kv, seats = self.reservation, self.kv, self.seats
+        assert reservation is not None
+        if self._builder.admission_closed():
+            return num_steps
+        hit, cached = kv.prefix_hit(head) if kv.prefix is not None else ([], 0)
+        need = reservation.need(prefill_tokens_of(head) - cached, head.output_tokens)
+        bs = kv.block_size_tokens
+        free_now = kv.admission_free(hit)
+        if need >= free_now * bs:  # never: the free blocks only fall during the run
+            return num_steps
+        later = num_steps - 1  # the plans of steps d + 1 .. d + num_steps - 1
+        growth = kv.growth_counts(d + 1, later - 1) if kv.growing and later > 1 else []
+        taken = np.zeros(later, dtype=np.int64)
+        if growth:
+            taken[1:] = np.cumsum(growth)
+        free_tokens = (free_now - taken) * bs
+        steps = np.arange(1, later + 1)
+        running = reservation.running_tokens(seats, d) - seats.num_decode * steps
+        for seat in seats.long_seats.values():  # their clip at step d (tokens left: emitted after d - 1)
+            left = seat.request.output_tokens - seats.emitted_at(seat, d - 1)
+            running += max(0, left - reservation.clip) - np.maximum(0, left - steps - reservation.clip)
+        first = reservation.first_fit(need, free_tokens, running, d + 1)
+        return num_steps if first < 0 else first + 1
 
     # ------------------------------------------------------------------ ending steps
     def end(self, step: Step, num_steps: int, now_s: float) -> None:

@@ -61,12 +61,13 @@ class ShareLane:
     """The decoding seats of one share below the full one: their count, offsets and finishes
     (``finish_index`` counted in the share's tokens), and how many per gap key."""
 
-    __slots__ = ("by_key", "finish_heap", "kv_offset_sum", "num_decode", "share")
+    __slots__ = ("by_key", "finish_heap", "finish_index_sum", "kv_offset_sum", "num_decode", "share")
 
     def __init__(self, share: int) -> None:
         self.share = share
         self.num_decode = 0
         self.kv_offset_sum = 0
+        self.finish_index_sum = 0
         self.finish_heap: list[tuple[int, int, Seat]] = []
         self.by_key: dict[GapKey, int] = {}
 
@@ -77,7 +78,10 @@ class SeatSet:
     Invariants: ``num_decode`` counts the decoding seats; ``kv_offset_sum``, the finish heap and
     ``decode_by_key`` are over those of the full share, ``lanes`` hold the others (one lane per share
     that has any); ``prefill_done_sum`` is the computed prompt tokens of the prefilling ones;
-    ``decode_index`` is the index of the next decode step.
+    ``decode_index`` is the index of the next decode step. ``finish_index_sum`` (and each lane's) sums
+    the decoding seats' finish indices, so the tokens they have left to make at a step are one
+    subtraction away; ``long_seats`` holds the decoding seats whose output exceeds ``long_output_tokens``
+    (set by a replica that clips what it reserves for one request: :mod:`clustersim.replica.reservation`).
     """
 
     def __init__(self) -> None:
@@ -87,6 +91,9 @@ class SeatSet:
         self.decode_index = 0
         self.num_decode = 0
         self.kv_offset_sum = 0
+        self.finish_index_sum = 0
+        self.long_output_tokens: int | None = None
+        self.long_seats: dict[int, Seat] = {}
         self.prefill_done_sum = 0
         self.decoder_cached_sum = 0  # cached prefix tokens of the decoding seats
         # decoding seats per (tenant, measured): inter-token gaps are counted per tenant, measured ones apart
@@ -131,9 +138,13 @@ class SeatSet:
         seat.emit_base = emitted - gained
         seat.finish_index = request.output_tokens - seat.emit_base
         self.num_decode += 1
+        long = self.long_output_tokens
+        if long is not None and request.output_tokens > long:
+            self.long_seats[request.request_id] = seat
         if seat.share == FULL_SHARE:
             heapq.heappush(self._finish_heap, (seat.finish_index, seat.order, seat))
             self.kv_offset_sum += kv_offset
+            self.finish_index_sum += seat.finish_index
             by_key = self.decode_by_key
         else:
             lane = self.lanes.get(seat.share)
@@ -143,6 +154,7 @@ class SeatSet:
             lane.num_decode += 1
             self.num_in_lanes += 1
             lane.kv_offset_sum += kv_offset
+            lane.finish_index_sum += seat.finish_index
             by_key = lane.by_key
         by_key[request.gap_key] = by_key.get(request.gap_key, 0) + 1
 
@@ -167,12 +179,15 @@ class SeatSet:
         if seat.decoding:
             self.num_decode -= 1
             self.decoder_cached_sum -= seat.cached_tokens
+            self.long_seats.pop(request_id, None)
             if seat.share == FULL_SHARE:
                 self.kv_offset_sum -= seat.kv_offset
+                self.finish_index_sum -= seat.finish_index
                 self.decode_by_key[seat.request.gap_key] -= 1
             else:
                 lane = self.lanes[seat.share]
                 lane.kv_offset_sum -= seat.kv_offset
+                lane.finish_index_sum -= seat.finish_index
                 lane.by_key[seat.request.gap_key] -= 1
                 lane.num_decode -= 1
                 self.num_in_lanes -= 1
@@ -185,6 +200,14 @@ class SeatSet:
     def newest(self) -> Seat:
         """The most recently admitted seat (the preemption victim)."""
         return next(reversed(self.seats.values()))
+
+    def tokens_left(self, d: int) -> int:
+        """Sum over decoding seats of the tokens each has yet to make at decode step ``d`` (its last
+        made after step ``d - 1``)."""
+        left = self.finish_index_sum - (self.num_decode - self.num_in_lanes) * (d - 1)
+        for lane in self.lanes.values():
+            left += lane.finish_index_sum - lane.num_decode * share_tokens(d - 1, lane.share)
+        return left
 
     def decode_context_tokens(self, d: int) -> int:
         """Sum over decoding seats of the tokens each attends to at decode step ``d`` (its KV tokens after it)."""

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
+from clustersim.config.reserve import DecodeReserve
 from clustersim.workload.request import Request
 
 
@@ -34,6 +35,8 @@ class StepLimits:
     # pipeline stages, each with a micro-batch in flight (clustersim.cost.pipeline): a step holds that
     # many micro-batches, each with its own max_num_batched_tokens (a prompt's chunk stays within one)
     num_micro_batches: int = 1
+    # admission holds back KV for the running requests' future tokens (SGLang: clustersim.replica.reservation)
+    decode_reserve: DecodeReserve | None = None
 
     @property
     def step_tokens(self) -> int:

@@ -5,9 +5,10 @@ step (``enable_mixed_chunk`` is off by default): the prompt being chunked contin
 waiting requests join in order while the ``chunked_prefill_size`` budget (the scenario's
 ``max_num_batched_tokens``; SGLang's ``server_args`` default it to 8,192 tokens on 35-160 GB GPUs) and
 the KV pool allow, the last one cut to the budget left. When no prefill can be formed the running
-requests decode. Not modelled: the admission's reservation of future decode tokens
-(``new_token_ratio``) and retraction of decodes when memory runs out (here the newest sequence is
-preempted and recomputed, as elsewhere).
+requests decode. The admission's reserve for the running requests' future tokens (``new_token_ratio``)
+and the retraction of decodes when memory runs out are the ``sglang`` engine's
+``scheduler.decode_reserve`` (:mod:`clustersim.replica.reservation`), applied by the builder's
+``admit`` and ``decode`` for any policy that sets it.
 """
 
 from __future__ import annotations
