@@ -2,8 +2,8 @@
 # Rewrite every table of measured figures in README.md and docs/ with the command that measures it.
 # Each command writes its own block (--doc FILE#name) and names itself under the table. Tables whose
 # scenarios replay the public traces in ../shared/ground_truth need that folder next to the checkout.
-# Takes about 15 minutes on 2 cores (the benchmark's 1M-request cases are most of it), plus the corpus fit's
-# two runs (about three and a half hours).
+# Takes about 15 minutes on 2 cores (the benchmark's 1M-request cases are most of it), plus the corpus fit
+# (continued from validation/fit/: its folds' evaluations, up to two hours).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp -d)
@@ -11,13 +11,14 @@ trap 'rm -rf "$out"' EXIT
 LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met %"
 
 # docs/validation.md and the engine profiles: the public corpus, the engines' efficiency scales fitted to it
-# and every row predicted with its publisher left out; two runs, the second continuing every fit of the
-# first (each about 100 minutes on 2 cores); first, since every other figure is priced with the profiles
-# the second writes
-clustersim validate --fit --quiet --out "$out/corpus-fit-first"
-clustersim validate --fit --start-from "$out/corpus-fit-first" --write-profiles --quiet --out "$out/corpus-fit" \
+# and every row predicted with its publisher left out, each fit continued from where the shipped one ended
+# (validation/fit/, kept for the next refit); first, since every other figure is priced with the profiles it
+# writes. From scratch instead (no --start-from): two runs, the second continuing the first, about three and a
+# half hours on 2 cores.
+clustersim validate --fit --start-from validation/fit --write-profiles --quiet --out "$out/corpus-fit" \
   --doc docs/validation.md
 cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
+cp "$out/corpus-fit/fits/"*.json validation/fit/fits/
 
 # README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
 clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan
