@@ -9,7 +9,9 @@ it, and charges an admitted one its whole ``max_new_tokens``). The ratio starts 
 decode step, returns to its start when the replica is idle and jumps after a retraction
 (``scheduler.py``: ``new_token_ratio_decay``, ``update_running_batch``, ``retract_decode``); see
 :class:`~clustersim.config.reserve.DecodeReserve`. A request's ``max_new_tokens`` is taken to be its
-output length: benchmark clients send ``max_tokens`` equal to the length they want and ignore EOS.
+output length: benchmark clients send ``max_tokens`` equal to the length they want and ignore EOS. SGLang
+retracts the requests that have made the fewest tokens (the longest prompt first among equals); here the
+most recently admitted, as every preemption does, which are nearly always the same.
 
 The ratio is a function of the decode index, ``max(min_ratio, base - (d - from_index) x decay)``, so
 the step-by-step mode and a run of decode steps (:meth:`first_fit`) compute it alike at any step.
