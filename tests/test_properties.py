@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from conftest import assert_same_summary
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
@@ -404,12 +404,76 @@ def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
         return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
 
 
+# two replicas fail at one instant: the first's retried request cuts the second's run at that instant,
+# an interrupt the second's own failure must leave harmless (a fresh clone's run of this test found it)
+SIMULTANEOUS_FAILURES: dict[str, Any] = {
+    "name": "prop",
+    "seed": 0,
+    "workload": {
+        "tenants": [
+            {
+                "name": "t",
+                "arrival": {
+                    "kind": "explicit",
+                    "requests": [{"arrival_at_s": 0.0, "prompt_tokens": 1, "output_tokens": 1}],
+                },
+            }
+        ]
+    },
+    "cluster": {
+        "hardware": "H100-SXM",
+        "model": "Llama-3.1-8B",
+        "groups": [{"count": 1}, {"count": 1, "hardware": "A100-80GB"}],
+    },
+    "router": {"kind": "least_kv"},
+    "scheduler": {
+        "policy": "static",
+        "max_num_seqs": 1,
+        "max_num_batched_tokens": 64,
+        "ordering": {"kind": "fcfs"},
+        "slo_admission": "shed",
+        "batch_wait_s": 0.0,
+    },
+    "kv": {
+        "block_size_tokens": 1,
+        "num_blocks": 45,
+        "allocator": "paged",
+        "reserve": "max_output",
+        "max_output_tokens": 1,
+        "max_model_len_tokens": 50,
+        "watermark_frac": 0.0,
+        "preemption": "recompute",
+        "host_swap_bytes": 0,
+    },
+    "cost": {"kind": "unit", "step_time_s": 1.0},
+    "stop": {},
+    "slo": {"ttft_s": 1.0},
+    "_prefix": 0,
+    "_closed_loop": True,
+    "_window": None,
+    "_window_fracs": (0.0, 0.0),
+    "_faults": {
+        "on_failure": "retry",
+        "max_retries": 2,
+        "repair_s": None,
+        "detect_s": 0.0,
+        "cold_start": {"storage_bandwidth_bytes_per_s": 1e10, "engine_init_s": 0.0},
+        "kind": "scripted",
+        "events": [{"at_s": 2.0, "replica": 0}, {"at_s": 2.0, "replica": 1}],
+    },
+    "_autoscaler": None,
+    "_disagg": None,
+    "speculative": None,
+}
+
+
 @settings(
     max_examples=int(os.environ.get("CLUSTERSIM_PROPERTY_EXAMPLES", "250")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(scenarios())
+@example(SIMULTANEOUS_FAILURES)
 def test_random_scenarios_keep_invariants_and_fast_equals_step(raw: dict[str, Any]) -> None:
     """Every request's record is identical in both modes, and every summary figure equal to rounding."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -159,6 +159,9 @@ class Replica:
         if target is not None and target.callbacks is not None and process._resume in target.callbacks:
             target.callbacks.remove(process._resume)
         process._generator.close()
+        # it is over: an interrupt already scheduled for it (a run cut at this instant, by a request another
+        # replica failing at the same instant sent here) finds it dead and does nothing (SimPy's Interruption)
+        process._ok, process._value = True, None
         self._wakeup = None
         held = self.core.fail(self.clock.now, self._ended)
         self.core = fresh
