@@ -335,6 +335,7 @@ class EngineSpec:
     frontend_per_request_s: float = 0.0  # the HTTP front end's work per request (EngineProfile)
     frontend_per_prompt_token_s: float = 0.0
     frontend_per_output_token_s: float = 0.0
+    frontend_latency_s: float = 0.0  # a request's passage through it beyond its work (EngineProfile)
 
     @classmethod
     def from_profile(cls, engine: EngineProfile) -> EngineSpec:
@@ -364,6 +365,7 @@ class EngineSpec:
             frontend_per_request_s=opt(engine.frontend_per_request_s) + opt(engine.frontend_fitted_per_request_s),
             frontend_per_prompt_token_s=opt(engine.frontend_per_prompt_token_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
+            frontend_latency_s=opt(engine.frontend_fitted_latency_s),
         )
 
 

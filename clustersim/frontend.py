@@ -23,6 +23,11 @@ request's whole life. Requests are handed over and end at the same instants in b
 modes, and the modelled rate is a function of the requests handed over, so the estimate is the same
 in both.
 
+Beyond its work, a request may spend ``latency_s`` in passage that occupies no server: the HTTP
+round trip and the hand-offs between the server's processes (vLLM's API server and engine core, SGLang's
+tokenizer manager, scheduler and detokenizer, each a ZMQ hop), which many requests make at once. A
+request is handed to its replica that long after its parse ends, while the server starts on the next.
+
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
 that a real server parses together (docs/validation.md). Deliveries are timers at arrival priority, so
@@ -46,10 +51,16 @@ class FrontEnd:
     """The API server of one replica (a single server; no work when its costs are 0)."""
 
     def __init__(
-        self, clock: Clock, per_request_s: float, per_output_token_s: float, per_prompt_token_s: float = 0.0
+        self,
+        clock: Clock,
+        per_request_s: float,
+        per_output_token_s: float,
+        per_prompt_token_s: float = 0.0,
+        latency_s: float = 0.0,
     ) -> None:
         self.clock = clock
         self.per_request_s = per_request_s
+        self.latency_s = latency_s
         self.per_output_token_s = per_output_token_s
         self.per_prompt_token_s = per_prompt_token_s
         self.busy_s = 0.0
@@ -60,6 +71,7 @@ class FrontEnd:
         # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
         self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
+        self._in_passage: dict[int, Request] = {}  # parsed, on their way to the replica (latency_s)
         self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
         self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
         self._streaming_context_tokens = 0.0  # the streaming requests' mean contexts, summed
@@ -102,11 +114,12 @@ class FrontEnd:
     @property
     def num_passing(self) -> int:
         """Requests in this front end now (not yet delivered to its replica)."""
-        return len(self._waiting)
+        return len(self._waiting) + len(self._in_passage)
 
     @property
     def active(self) -> bool:
-        return self.per_request_s > 0.0 or self.per_output_token_s > 0.0 or self.per_prompt_token_s > 0.0
+        costs = (self.per_request_s, self.per_output_token_s, self.per_prompt_token_s, self.latency_s)
+        return any(cost > 0.0 for cost in costs)
 
     def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
@@ -129,9 +142,22 @@ class FrontEnd:
         self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._hand_over())
 
     def _hand_over(self) -> None:
-        """The head request is parsed: deliver it, then start on the next one waiting."""
+        """The head request is parsed: deliver it (after its passage's latency), then start on the next one
+        waiting."""
         request, deliver, arrived_s = self._waiting.popleft()
         self._parsing = False
+        if self.latency_s > 0.0:
+            self._in_passage[request.request_id] = request
+            self.clock.timer_at(self.clock.now + self.latency_s, ARRIVAL_PRIORITY).callbacks.append(
+                lambda _: self._deliver(request, deliver, arrived_s)
+            )
+        else:
+            self._deliver(request, deliver, arrived_s)
+        if self._waiting and not self._parsing:
+            self._start()
+
+    def _deliver(self, request: Request, deliver: Callable[[Request], None], arrived_s: float) -> None:
+        self._in_passage.pop(request.request_id, None)
         delay_s = self.clock.now - arrived_s
         self.num_delivered += 1
         self.delay_s += delay_s
@@ -140,12 +166,10 @@ class FrontEnd:
         self._streaming_context_tokens += _mean_context_tokens(request)
         self._streaming_output_tokens += request.output_tokens
         deliver(request)  # may submit another request (a closed-loop user whose request was rejected)
-        if self._waiting and not self._parsing:
-            self._start()
 
     def close(self) -> list[Request]:
         """The clock stopped: the requests still in the front end, in no replica's queue (unfinished)."""
-        return [request for request, _, _ in self._waiting]
+        return [request for request, _, _ in self._waiting] + list(self._in_passage.values())
 
 
 def _mean_context_tokens(request: Request) -> float:

@@ -156,7 +156,13 @@ def make_frontends(plan: RunPlan, clock: Clock) -> list[FrontEnd] | None:
     if not plan.scenario.cluster.frontend or plan.scenario.cost.kind == "unit":
         return None
     frontends = [
-        FrontEnd(clock, e.frontend_per_request_s, e.frontend_per_output_token_s, e.frontend_per_prompt_token_s)
+        FrontEnd(
+            clock,
+            e.frontend_per_request_s,
+            e.frontend_per_output_token_s,
+            e.frontend_per_prompt_token_s,
+            e.frontend_latency_s,
+        )
         for e in (g.gpu.engine for g in plan.replica_groups())
     ]
     return frontends if any(f.active for f in frontends) else None

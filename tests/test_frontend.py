@@ -124,6 +124,49 @@ def test_a_request_still_in_the_front_end_at_the_horizon_is_recorded_unfinished(
         assert last["status"] == "unfinished" and last["first_scheduled_at_s"] is None
 
 
+def with_latency(tmp_path, engine_file: str, latency_s: float) -> str:
+    engine = yaml.safe_load((tmp_path / engine_file).read_text())
+    engine["name"] = "with-latency"
+    engine["frontend_fitted_latency_s"] = {"value": latency_s, "source": "test: 2 s of passage"}
+    (tmp_path / "with-latency.yaml").write_text(yaml.safe_dump(engine))
+    return "with-latency.yaml"
+
+
+def test_a_requests_passage_is_latency_that_occupies_no_server(run_mapping, engine_file, tmp_path):
+    """2 s of latency on top of 0.5 s of work: requests 0 and 1, sent together, are parsed 0 -> 0.5 s and
+    0.5 -> 1.0 s (request 0 does not stream yet: it is still on its way) and reach the replica 2 s after
+    their parses end; the server parses request 1 while request 0 passes. Work charged 2.5 s would
+    have held request 1 until 5 s."""
+    engine = with_latency(tmp_path, engine_file, 2.0)
+    for fast in (True, False):
+        run = run_mapping({**scenario(engine), "simulation": {"fast_forward": fast}})
+        rows = sorted(read_requests(run), key=lambda r: r["request_id"])
+        assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([2.5, 3.0, 12.5])
+        front = run.summary["frontend"]
+        assert front["mean_delay_s"] == pytest.approx((2.5 + 3.0 + 2.5) / 3)
+        assert front["mean_busy_frac"] == pytest.approx(3.0 / run.summary["makespan_s"])  # the work alone
+
+
+def test_a_request_on_its_way_at_the_horizon_is_recorded_unfinished_and_counts_as_sent(
+    run_mapping, engine_file, tmp_path
+):
+    engine = with_latency(tmp_path, engine_file, 2.0)
+    for fast in (True, False):
+        mapping = {**scenario(engine), "stop": {"horizon_s": 11.0}, "simulation": {"fast_forward": fast}}
+        rows = read_requests(run_mapping(mapping))
+        assert sorted(r["request_id"] for r in rows) == [0, 1, 2]  # request 2: parsed at 10.5 s, due at 12.5 s
+        last = next(r for r in rows if r["request_id"] == 2)
+        assert last["status"] == "unfinished" and last["first_scheduled_at_s"] is None
+    raw = scenario(engine)
+    raw["cluster"]["num_replicas"] = 2
+    raw["router"] = {"kind": "least_outstanding"}
+    raw["workload"]["tenants"][0]["arrival"]["requests"] = [
+        {"arrival_at_s": t, "prompt_tokens": 4, "output_tokens": 2} for t in (0.0, 1.0)
+    ]
+    rows = sorted(read_requests(run_mapping(raw)), key=lambda r: r["request_id"])
+    assert [r["replica"] for r in rows] == [0, 1]  # at 1 s request 0 is on its way to replica 0
+
+
 class _Clock:
     now = 0.0
 

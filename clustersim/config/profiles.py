@@ -278,6 +278,9 @@ class EngineProfile(_Physical):
     --fit`` found beyond the cited per-request cost, added to it, and ``frontend_fitted_max_per_request_s``
     the most that fit may add: a measured ceiling of one front end's throughput less the cited work of the
     requests it carried there (0: the cited costs already fill it, and nothing is fitted).
+    ``frontend_fitted_latency_s`` is the time a request spends passing the front end beyond its work, as
+    the same fit finds it: latency, which occupies no server (the HTTP round trip, the hand-offs between
+    the server's processes), so requests sent together pass it together.
     ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
     the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -308,6 +311,7 @@ class EngineProfile(_Physical):
     frontend_per_request_s: Cited[float] | None = None
     frontend_fitted_per_request_s: Cited[float] | None = None
     frontend_fitted_max_per_request_s: Cited[float] | None = None
+    frontend_fitted_latency_s: Cited[float] | None = None
     frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None

@@ -32,7 +32,12 @@ Engine-wide, where rows need them:
 - ``frontend`` (rows served over HTTP): per-request time of the engine's front end beyond its cited cost
   (``frontend_fitted_per_request_s``), in milliseconds within ``[0, 200]``, or within the room a measured
   ceiling of the front end's throughput leaves (``frontend_fitted_max_per_request_s``; an engine whose
-  cited costs already fill it fits none).
+  cited costs already fill it fits none);
+- ``frontend_latency`` (the same rows): the time a request spends passing the front end beyond its work
+  (``frontend_fitted_latency_s``: the HTTP round trip, the hand-offs between the server's processes), in
+  milliseconds within ``[0, 200]``. It occupies no server, so requests sent together pass it together,
+  where the same time as work queues them one behind another (a closed loop's clients all sending at
+  once); the rows' TTFT from one client to many tells the two apart.
 
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to a user's
 own measurements). Every fit starts from the engine profiles without their ``efficiency`` blocks and fitted
@@ -101,7 +106,11 @@ FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
 # engine-wide scales, written into every family's block
 ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block")
-COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
+COMM_KINDS = ("comm", "comm_latency")
+# front-end time per request (milliseconds, not log scales): work (on the one server) and latency (on none),
+# and the engine profile field each is written to
+FRONTEND_FIELDS = {"frontend": "frontend_fitted_per_request_s", "frontend_latency": "frontend_fitted_latency_s"}
+FRONTEND_KINDS = tuple(FRONTEND_FIELDS)  # scales of all-reduces: only rows on more than one GPU per replica
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
 
@@ -116,7 +125,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | frontend
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | frontend[_latency]
     family: str | None = None
     max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
@@ -138,7 +147,7 @@ class FitParam:
         )
 
     def touches_row(self, row: FitRow) -> bool:
-        if self.kind == "frontend":
+        if self.kind in FRONTEND_KINDS:
             return row.served and self.engine == row.engine
         if (self.kind == "moe" and not row.moe) or (self.kind in COMM_KINDS and not row.multi_gpu):
             return False
@@ -220,6 +229,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
                 params.add(FitParam(r.engine, "block"))
         if r.served and r.frontend_max_ms > 0:
             params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
+        if r.served:
+            params.add(FitParam(r.engine, "frontend_latency"))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))
 
 
@@ -227,7 +238,8 @@ def atom_scales(params: Sequence[FitParam], values: Sequence[float], engine: str
                 offsets: Mapping[Atom, float] | None = None) -> dict[Atom, float]:  # fmt: skip
     """Every scale ``engine`` carries (natural units): the product of the factors of each, times
     ``exp(offset)`` where ``offsets`` moves one (the Jacobian's differences)."""
-    mine = [(p, v) for p, v in zip(params, values, strict=True) if p.kind != "frontend" and p.engine in (None, engine)]
+    pairs = zip(params, values, strict=True)
+    mine = [(p, v) for p, v in pairs if p.kind not in FRONTEND_KINDS and p.engine in (None, engine)]
     if not any(p.engine == engine for p, _ in mine):
         return {}
     scales = {}
@@ -250,8 +262,8 @@ def _scaled_engine(profile: EngineProfile, engine: str, params: Sequence[FitPara
     blocks = {family: EfficiencyScales(**scales) for family, scales in efficiency.items()}
     update: dict[str, Any] = {"efficiency": blocks or None}
     for param, value in zip(params, values, strict=True):
-        if param.kind == "frontend" and param.engine == engine:
-            update["frontend_fitted_per_request_s"] = Cited[float](value=float(value), source=FITTED_SOURCE)
+        if param.kind in FRONTEND_KINDS and param.engine == engine:
+            update[FRONTEND_FIELDS[param.kind]] = Cited[float](value=float(value), source=FITTED_SOURCE)
     return profile.model_copy(update=update)
 
 
@@ -260,7 +272,7 @@ def reference_engines(catalogue: Catalogue) -> dict[str, EngineProfile]:
     engines = {}
     for name in catalogue.names("engine"):
         engines[name] = catalogue.engine(name).model_copy(
-            update={"efficiency": None, "frontend_fitted_per_request_s": None}
+            update={"efficiency": None, **dict.fromkeys(FRONTEND_FIELDS.values())}
         )
     return engines
 
@@ -276,17 +288,17 @@ def engines_with(base: Mapping[str, EngineProfile], params: Sequence[FitParam], 
 
 def natural(param: FitParam, x: float) -> float:
     """A parameter's value from the solver's: a scale from its log, a time in seconds from milliseconds."""
-    return x / 1e3 if param.kind == "frontend" else math.exp(x)
+    return x / 1e3 if param.kind in FRONTEND_KINDS else math.exp(x)
 
 
 def solver_start(param: FitParam) -> float:
     """Where every fit starts a parameter: a scale of 1, 1 ms of extra front-end time (or its ceiling's
     midpoint, where that is lower)."""
-    return min(FRONTEND_START_MS, solver_bounds(param)[1] / 2) if param.kind == "frontend" else 0.0
+    return min(FRONTEND_START_MS, solver_bounds(param)[1] / 2) if param.kind in FRONTEND_KINDS else 0.0
 
 
 def solver_bounds(param: FitParam) -> tuple[float, float]:
-    if param.kind == "frontend":
+    if param.kind in FRONTEND_KINDS:
         return 0.0, min(FRONTEND_MAX_MS, param.max_ms)
     return -SCALE_BOUND, SCALE_BOUND
 
@@ -299,12 +311,12 @@ def within_bounds(param: FitParam, x: float) -> float:
 
 def solver_step(param: FitParam) -> float:
     """The finite-difference step: log units for a scale, milliseconds for front-end time."""
-    return FRONTEND_STEP_MS if param.kind == "frontend" else STEP
+    return FRONTEND_STEP_MS if param.kind in FRONTEND_KINDS else STEP
 
 
 def prior_weight(param: FitParam) -> float:
     """The pull towards the start: scales towards 1, interactions harder; front-end time has none."""
-    if param.kind == "frontend":
+    if param.kind in FRONTEND_KINDS:
         return 0.0
     return INTERACTION_PRIOR_WEIGHT if param.interaction else PRIOR_WEIGHT
 

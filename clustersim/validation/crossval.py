@@ -22,6 +22,7 @@ from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
     FAMILIES,
     FIT_FTOL,
+    FRONTEND_FIELDS,
     SCALE_FIELDS,
     Atom,
     Evaluator,
@@ -188,9 +189,9 @@ def efficiency_yaml(result: CorpusFit, engine: str, source: str) -> str:
 
     text = ""
     for param, value in pairs:
-        if param.engine == engine and param.kind == "frontend":
-            rows = result.num_rows[param.label]
-            text += f'frontend_fitted_per_request_s:\n  value: {value:.4g}\n  source: "{source}; {rows} served rows"\n'
+        if param.engine == engine and param.kind in FRONTEND_FIELDS:
+            rows, name = result.num_rows[param.label], FRONTEND_FIELDS[param.kind]
+            text += f'{name}:\n  value: {value:.4g}\n  source: "{source}; {rows} served rows"\n'
     families: dict[str, list[str]] = {}
     for atom, value in atom_scales(result.params, result.values, engine).items():
         for name in SCALE_FIELDS[atom[2]]:
@@ -213,7 +214,8 @@ def write_efficiency(result: CorpusFit, catalogue_root: Path, source: str) -> li
         path = next(p for p in sorted((catalogue_root / "engines").glob("*.yaml")) if _profile_name(p) == name)
         text = path.read_text(encoding="utf-8")
         text = re.sub(r"^efficiency:\n(?:[ #].*\n|\n)*", "", text, flags=re.MULTILINE)
-        text = re.sub(r"^frontend_fitted_per_request_s:\n(?:[ #].*\n)*", "", text, flags=re.MULTILINE)
+        for name in FRONTEND_FIELDS.values():
+            text = re.sub(rf"^{name}:\n(?:[ #].*\n)*", "", text, flags=re.MULTILINE)
         path.write_text(text.rstrip("\n") + "\n" + efficiency_yaml(result, engine, source), encoding="utf-8")
         written.append(path)
     return written

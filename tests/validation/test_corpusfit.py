@@ -99,16 +99,17 @@ def test_parameters_factor_engine_gpu_family_and_their_interaction():
         "vllm-v1.compute.ampere",
         "vllm-v1.compute.hopper",
         "vllm-v1.eager",
+        "vllm-v1.frontend_latency",
         "vllm-v1.memory",
         "vllm-v1.memory.ampere",
         "vllm-v1.memory.hopper",
-    ]  # fmt: skip  (no vllm-v1.frontend: its cited ceiling leaves a fit nothing to add, next test)
+    ]  # fmt: skip  (no vllm-v1.frontend: its cited ceiling leaves a fit no work to add, next test)
     weights = {p.label: prior_weight(p) for p in params}
     assert weights["vllm-v1.compute.hopper"] == INTERACTION_PRIOR_WEIGHT > PRIOR_WEIGHT == weights["all.compute.hopper"]
     assert weights["vllm-v1.compute"] == PRIOR_WEIGHT
 
 
-def test_a_front_end_is_fitted_only_within_the_room_its_measured_ceiling_leaves():
+def test_front_end_work_is_fitted_within_its_measured_ceiling_and_latency_for_every_served_engine():
     served = dataclasses.replace(BASE, row_id="a-rate", publisher="a", load_kind="rate", load=1.0)
     rows = [
         served,
@@ -119,6 +120,17 @@ def test_a_front_end_is_fitted_only_within_the_room_its_measured_ceiling_leaves(
     assert CATALOGUE.engine("sglang").frontend_fitted_max_per_request_s is None
     fronts = [p for p in parameters(frows) if p.kind == "frontend"]
     assert [p.label for p in fronts] == ["sglang.frontend"]  # vLLM's cited costs fill its ceiling
+    # latency occupies no server: every served engine fits it, within no ceiling
+    latencies = [p for p in parameters(frows) if p.kind == "frontend_latency"]
+    assert [p.label for p in latencies] == ["sglang.frontend_latency", "vllm-v1.frontend_latency"]
+    assert solver_bounds(latencies[1]) == (0.0, corpusfit.FRONTEND_MAX_MS) and prior_weight(latencies[1]) == 0.0
+    assert solver_start(latencies[1]) == corpusfit.FRONTEND_START_MS and natural(latencies[1], 20.0) == 0.02
+    engines = engines_with(reference_engines(CATALOGUE), [fronts[0], *latencies], [0.004, 0.02, 0.005])
+    assert engines["sglang"].frontend_fitted_per_request_s.value == 0.004
+    assert engines["sglang"].frontend_fitted_latency_s.value == 0.02
+    assert engines["vllm-v1"].frontend_fitted_latency_s.value == 0.005
+    assert engines["vllm-v1"].frontend_fitted_per_request_s is None
+    assert atom_scales([fronts[0], *latencies], [0.004, 0.02, 0.005], "sglang") == {}  # no scale among them
     assert solver_bounds(fronts[0]) == (0.0, corpusfit.FRONTEND_MAX_MS) and prior_weight(fronts[0]) == 0.0
     capped = FitParam("x", "frontend", max_ms=0.5)
     assert capped == FitParam("x", "frontend")  # the ceiling is not part of the parameter's identity
@@ -253,6 +265,13 @@ def test_the_efficiency_block_cites_its_fit():
     text = efficiency_yaml(fit, "vllm-v1", "fit X")
     assert text.startswith("efficiency:\n  hopper:\n    gemm_compute_scale:\n      value: 0.84\n")
     assert 'source: "fit X; vllm-v1.compute.hopper 0.7 (3 rows) x all.compute.hopper 1.2 (3 rows)"' in text
+    params += [FitParam("vllm-v1", "frontend"), FitParam("vllm-v1", "frontend_latency")]
+    fit = CorpusFit(params, [0.7, 0.85, 1.2, 0.002, 0.015], {p.label: 3 for p in params}, [], [], [])
+    text = efficiency_yaml(fit, "vllm-v1", "fit X")
+    assert text.startswith(
+        'frontend_fitted_per_request_s:\n  value: 0.002\n  source: "fit X; 3 served rows"\n'
+        'frontend_fitted_latency_s:\n  value: 0.015\n  source: "fit X; 3 served rows"\nefficiency:\n'
+    )
 
 
 def test_a_bounded_row_is_fitted_at_its_published_rate_and_reported_at_its_bounded_one():
