@@ -106,11 +106,11 @@ FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
 # engine-wide scales, written into every family's block
 ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block")
-COMM_KINDS = ("comm", "comm_latency")
+COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 # front-end time per request (milliseconds, not log scales): work (on the one server) and latency (on none),
 # and the engine profile field each is written to
 FRONTEND_FIELDS = {"frontend": "frontend_fitted_per_request_s", "frontend_latency": "frontend_fitted_latency_s"}
-FRONTEND_KINDS = tuple(FRONTEND_FIELDS)  # scales of all-reduces: only rows on more than one GPU per replica
+FRONTEND_KINDS = tuple(FRONTEND_FIELDS)
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
 
