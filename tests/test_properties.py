@@ -19,10 +19,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from conftest import assert_same_summary
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.errors import ConfigError
 from clustersim.runner import RunResult, run_scenario
@@ -163,6 +165,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "_autoscaler": draw(st.one_of(st.none(), st.none(), autoscalers())),
         "_disagg": draw(st.one_of(st.none(), st.none(), disaggregations())),
         "speculative": draw(st.one_of(st.none(), st.none(), speculative())),
+        # the engine's API server also delays each request beyond its work (frontend_fitted_latency_s)
+        "_frontend_latency_s": draw(st.sampled_from([None, None, 0.003, 0.5])),
     }
 
 
@@ -397,8 +401,21 @@ def time_limit(seconds: int) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def with_frontend_latency(raw: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """Turn the drawn ``_frontend_latency_s`` into an engine profile (vLLM V1's, with that latency) in ``tmp``."""
+    raw = {**raw}
+    latency_s = raw.pop("_frontend_latency_s", None)
+    if latency_s is None:
+        return raw
+    engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
+    engine |= {"name": "latency", "aliases": []}
+    engine["frontend_fitted_latency_s"] = {"value": latency_s, "source": "property test"}
+    (tmp / "latency.yaml").write_text(yaml.safe_dump(engine))
+    return {**raw, "cluster": {**raw["cluster"], "engine": "latency.yaml"}}
+
+
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
-    raw = with_faults(with_window(with_prefix_caching(with_disaggregation(raw))))
+    raw = with_faults(with_window(with_prefix_caching(with_disaggregation(with_frontend_latency(raw, tmp)))))
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     with time_limit(RUN_LIMIT_S):
         return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))
