@@ -15,10 +15,14 @@ LAT="TTFT p50 ms,TTFT p99 ms,TPOT p50 ms,TPOT p99 ms,E2E p99 s,out tok/s,SLO met
 # (validation/fit/, kept for the next refit); first, since every other figure is priced with the profiles it
 # writes. From scratch instead (no --start-from): two runs, the second continuing the first, about three and a
 # half hours on 2 cores.
-clustersim validate --fit --start-from validation/fit --write-profiles --quiet --out "$out/corpus-fit" \
-  --doc docs/validation.md
-cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
-cp "$out/corpus-fit/fits/"*.json validation/fit/fits/
+# With --skip-fit, the fit is taken as done (run apart, its profiles, tables, figure and fits copied in as
+# validation/fit/README.md says) and every other figure is rewritten with the profiles as they are.
+if [ "${1:-}" != "--skip-fit" ]; then
+  clustersim validate --fit --start-from validation/fit --write-profiles --quiet --out "$out/corpus-fit" \
+    --doc docs/validation.md
+  cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
+  cp "$out/corpus-fit/fits/"*.json validation/fit/fits/
+fi
 
 # README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
 clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan
