@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from clustersim.validation.corpusfit import FitParam
+from clustersim.validation.corpusfit import FRONTEND_KINDS, FitParam
 from clustersim.validation.runcorpus import METRIC_KINDS, Comparison, RowOutcome
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
@@ -125,9 +125,13 @@ def rows_table(found: Sequence[Comparison]) -> str:
 
 
 def fit_table(params: Sequence[FitParam], values: Sequence[float], num_rows: dict[str, int]) -> str:
-    """The fitted scales: engine, what they scale, GPU family, value, rows they rest on (Markdown)."""
+    """The fitted scales: engine, what they scale, GPU family, value, rows they rest on (Markdown).
+
+    A front-end term is a time (seconds in the profile), written in milliseconds.
+    """
     lines = ["| engine | scale | GPU family | value | rows |", "|---|---|---|---|---|"]
     for param, value in zip(params, values, strict=True):
         engine, family = param.engine or "all", param.family or "all"
-        lines.append(f"| {engine} | {param.kind} | {family} | {value:.3f} | {num_rows[param.label]} |")
+        shown = f"{value * 1e3:.2f} ms" if param.kind in FRONTEND_KINDS else f"{value:.3f}"
+        lines.append(f"| {engine} | {param.kind} | {family} | {shown} | {num_rows[param.label]} |")
     return "\n".join(lines)

@@ -428,3 +428,15 @@ def test_a_kept_fits_key_changes_with_the_metrics_a_row_is_fitted_on():
     # the median scores 10 requests, the mean 100: the same published figures, another fit
     keys = {fit_key("p", rows, params, np.zeros(len(params)), [0], 3, 1) for rows in (frows, many)}
     assert len(keys) == 2
+
+
+def test_fit_table_writes_front_end_times_in_milliseconds():
+    """A front-end term is a time: 0.14 ms must not read as 0.000 beside the scales' three decimals."""
+    from clustersim.validation.corpusreport import fit_table
+
+    params = [FitParam("trtllm", "frontend"), FitParam("trtllm", "frontend_latency"), FitParam("trtllm", "compute")]
+    table = fit_table(params, [0.000142, 0.00099, 0.88], {p.label: 21 for p in params})
+    lines = table.splitlines()
+    assert lines[2] == "| trtllm | frontend | all | 0.14 ms | 21 |"
+    assert lines[3] == "| trtllm | frontend_latency | all | 0.99 ms | 21 |"
+    assert lines[4] == "| trtllm | compute | all | 0.880 | 21 |"
