@@ -36,6 +36,7 @@ def engine_file(tmp_path):
     engine["name"] = "with-frontend"
     engine["aliases"] = []
     engine.pop("frontend_fitted_per_request_s", None)  # only the test's own front-end times
+    engine.pop("frontend_fitted_latency_s", None)
     engine.pop("frontend_per_prompt_token_s", None)
     engine["frontend_per_request_s"] = {"value": 0.5, "source": "test: 0.5 s per request"}
     engine["frontend_per_output_token_s"] = {"value": 0.25, "source": "test: 0.25 s per output token"}
