@@ -31,8 +31,9 @@ class ConfigError(ClusterSimError):
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest choice, or an empty string."""
-    options = list(choices)
-    lowered = {c.lower(): c for c in options}
+    lowered: dict[str, str] = {}
+    for choice in choices:  # the first spelling of a name wins: canonical names come before their aliases
+        lowered.setdefault(choice.lower(), choice)
     close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
     return f" (did you mean '{lowered[close[0]]}'?)" if close else ""
 

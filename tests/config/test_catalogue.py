@@ -77,3 +77,9 @@ def test_a_value_a_gpu_reuses_from_a_measured_one_is_that_gpus_current_value():
             assert getattr(catalogue.hardware(donor), field).value == cited.value, (name, field, donor)
             borrowed += 1
     assert borrowed >= 20
+
+
+def test_a_typo_is_answered_with_the_canonical_name_not_an_alias():
+    """vllm-v1 has the alias vLLM-V1: the suggestion is the name the catalogue lists, spelled as it lists it."""
+    with pytest.raises(ConfigError, match=r"unknown engine 'vllm-v9' \(did you mean 'vllm-v1'\?\)"):
+        Catalogue.builtin().engine("vllm-v9", "s.yaml", "cluster.engine")
