@@ -155,7 +155,7 @@ def test_doc_block_is_written(calibrated: tuple[Path, Result], tmp_path: Path) -
     ("args", "words"),
     [
         (["--out", "e.txt"], "--out: e.txt must end in .yaml or .yml"),
-        (["--engine", "vlm"], "--engine: unknown engine 'vlm' (did you mean 'vLLM'?)"),
+        (["--engine", "vlm"], "--engine: unknown engine 'vlm' (did you mean 'vllm'?)"),
         (["--fit", "step_overhead"], "--fit: step_overhead: unknown profile field (did you mean 'step_overhead_s'?)"),
         (["--train-rows", "0,9"], "--train-rows: 9: no such row"),
         (["--train-rows", "a"], "--train-rows: expected row numbers"),
