@@ -99,7 +99,12 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.option("--write-profiles", is_flag=True, help="With --fit: write the fitted scales into the engine profiles.")
 @click.option("--no-cv", is_flag=True, help="With --fit: skip the leave-one-publisher-out fits (in-sample only).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--doc", metavar="FILE.md", help="Also write the tables into their blocks of that Markdown file.")
+@click.option(
+    "--doc",
+    metavar="FILE.md[#BLOCK]",
+    help="Also write the tables into their blocks of that Markdown file (without --fit, FILE.md#BLOCK writes the "
+    "summary and error tables into BLOCK and what was not simulated into BLOCK-skipped).",
+)
 def validate_command(
     corpus: Path | None,
     out_dir: Path | None,
@@ -132,6 +137,8 @@ def validate_command(
         fail(f"--start-from: {start_from} holds no fits/ folder (give the --out of an earlier `validate --fit`)")
     if no_cv and doc:
         fail("--doc with --fit writes cross-validated errors: drop --no-cv")
+    if do_fit and doc and "#" in doc:
+        fail(f"--doc: with --fit, give the file alone (its blocks are the fit's own), not {doc}")
     try:
         corpus_dir = corpus or default_corpus_dir()
         rows = _select(load_corpus(corpus_dir), patterns)
@@ -166,12 +173,17 @@ def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, j
                               on_row=lambda _row, status: bar.advance(failed=status == "failed"))  # fmt: skip
     summary = corpus_summary(outcomes)
     click.echo(summary)
-    _report(outcomes, "mean absolute percentage error with the profiles as they are (fitted to these rows)")
+    heading = "mean absolute percentage error with the profiles as they are"
+    by_engine, by_gpu, _rows = _report(outcomes, f"{heading} (in-sample for the rows their fit saw)")
     skipped = skipped_table(outcomes)
     click.echo("\nnot simulated:\n" + skipped)
     click.echo(f"\nwrote {folder}/ (rows, comparisons .parquet/.csv; scenarios/, runs/)")
     _parity(folder, "clustersim with its shipped profiles against the public corpus")
-    if doc:
+    if doc and "#" in doc:  # a block of one's own: the summary and both error tables
+        tables = f"{summary}\n\n{heading}, per engine:\n\n{by_engine}\n\nper engine and GPU:\n\n{by_gpu}"
+        write_doc(doc, tables)
+        write_doc(f"{doc}-skipped", skipped)
+    elif doc:
         write_doc(f"{doc}#corpus", summary)
         write_doc(f"{doc}#corpus-skipped", skipped)
 

@@ -48,6 +48,25 @@ def test_validate_runs_rows_prints_errors_and_reuses_runs(tmp_path):
     assert (out / "runs" / "lab-a" / "requests.parquet").stat().st_mtime_ns == mtime  # reused, not run again
 
 
+def test_a_doc_block_of_its_own_gets_the_summary_and_both_error_tables(tmp_path):
+    runner = CliRunner()
+    folder, doc = corpus(tmp_path), tmp_path / "page.md"
+    doc.write_text("# Page\n\n<!-- BEGIN unseen -->\nold\n<!-- END unseen -->\n\n<!-- BEGIN unseen-skipped -->\n"
+                   "old\n<!-- END unseen-skipped -->\n\n<!-- BEGIN corpus -->\nkept\n<!-- END corpus -->\n")  # fmt: skip
+    args = ["validate", str(folder), "--rows", "lab", "--out", str(tmp_path / "o"), "--jobs", "1", "--quiet"]
+    result = runner.invoke(main, [*args, "--doc", f"{doc}#unseen"])
+    assert result.exit_code == 0, result.output
+    text = doc.read_text()
+    block = text.split("<!-- BEGIN unseen -->")[1].split("<!-- END unseen -->")[0]
+    assert "3 rows from 1 publishers (lab)" in block and "per engine and GPU" in block
+    assert "| vLLM | all | 2 |" in block and "| vLLM | A100-80GB | 1 |" in block
+    skipped = text.split("<!-- BEGIN unseen-skipped -->")[1].split("<!-- END unseen-skipped -->")[0]
+    assert "no model profile for acme/unknown-13b" in skipped
+    assert "kept" in text  # the corpus block is the fit's: left alone
+    refused = runner.invoke(main, ["validate", str(folder), "--fit", "--doc", f"{doc}#unseen"])
+    assert refused.exit_code == 2 and "give the file alone" in refused.output
+
+
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     runner = CliRunner()
     folder = tmp_path / "bad"
