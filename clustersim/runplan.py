@@ -25,10 +25,11 @@ from clustersim.architecture import (
 )
 from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
-from clustersim.config.engine_defaults import reported_memory_bytes, with_engine_defaults
+from clustersim.config.engine_defaults import engine_seqs_rule, reported_memory_bytes, with_engine_defaults
 from clustersim.config.loader import LoadedScenario
 from clustersim.config.memorytiers import memory_settings
 from clustersim.config.profiles import EngineProfile, HardwareProfile
+from clustersim.config.reserve import SeqsRule
 from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
 from clustersim.cost.pipeline import PipelinedCostModel
@@ -76,6 +77,7 @@ class RunPlan:
     tenant_slos: Mapping[str, SLO | None]
     priorities: Mapping[str, int]
     warm_segments: tuple[WarmSegment, ...] = ()  # what the tenants' earlier runs left in each prefix cache
+    seqs_rule: SeqsRule | None = None  # the engine's running-request cap by each replica's KV pool
 
     @property
     def num_replicas(self) -> int:
@@ -102,14 +104,19 @@ class RunPlan:
         )
 
     def group_limits(self, group: GroupPlan) -> StepLimits:
-        """The step limits of one replica of ``group``: with pipeline parallelism a micro-batch per
-        stage, each with the scheduler's token budget, and its ``max_num_seqs`` too where the engine
-        sets it per micro-batch (:mod:`clustersim.cost.pipeline`)."""
-        pp = group.pipeline_parallel
+        """The step limits of one replica of ``group``: its ``max_num_seqs`` by its KV pool where the
+        engine sizes it so (:attr:`seqs_rule`); with pipeline parallelism a micro-batch per stage, each
+        with the scheduler's token budget, and its ``max_num_seqs`` too where the engine sets it per
+        micro-batch (:mod:`clustersim.cost.pipeline`)."""
+        limits, pp = self.limits, group.pipeline_parallel
+        if self.seqs_rule is not None:
+            kv_tokens = group.num_kv_blocks * self.scenario.kv.block_size_tokens
+            seqs = self.seqs_rule.max_seqs(kv_tokens, group.model.max_model_len_tokens)
+            limits = dataclasses.replace(limits, max_num_seqs=seqs)
         if pp == 1:
-            return self.limits
-        seqs = self.limits.max_num_seqs * (pp if self.policy.seqs_per_micro_batch else 1)
-        return dataclasses.replace(self.limits, max_num_seqs=seqs, num_micro_batches=pp)
+            return limits
+        seqs = limits.max_num_seqs * (pp if self.policy.seqs_per_micro_batch else 1)
+        return dataclasses.replace(limits, max_num_seqs=seqs, num_micro_batches=pp)
 
     def replica_spec(self, index: int, group: GroupPlan) -> ReplicaSpec:
         return ReplicaSpec(
@@ -157,6 +164,7 @@ def plan_run(loaded: LoadedScenario, catalogue: Catalogue | None = None) -> RunP
         )
         if scenario.kv.prefix_caching
         else (),
+        seqs_rule=engine_seqs_rule(catalogue.engine(scenario.cluster.engine, source), loaded.scenario),
     )
 
 

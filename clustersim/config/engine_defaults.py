@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from clustersim.config.memorytiers import memory_settings
 from clustersim.config.profiles import Cited, EngineProfile, HardwareProfile
+from clustersim.config.reserve import SeqsRule
 from clustersim.config.scenario import KVCache, Scenario, Scheduler
 from clustersim.replica.batching import POLICIES
 
@@ -41,11 +42,22 @@ def reported_memory_bytes(hardware: HardwareProfile) -> float:
 
 
 def engine_scheduler_defaults(engine: EngineProfile, hardware: HardwareProfile) -> dict[str, Any]:
-    """The ``scheduler`` fields the engine sets on this GPU."""
+    """The ``scheduler`` fields the engine sets on this GPU (its running-request rule is the replica's:
+    :func:`engine_seqs_rule`)."""
     values = _values(engine.scheduler)
     if is_small_gpu(hardware):
         values.update(_values(engine.scheduler_small_gpu))
+    values.pop("max_num_seqs_rule", None)
     return values
+
+
+def engine_seqs_rule(engine: EngineProfile, scenario: Scenario) -> SeqsRule | None:
+    """The engine's rule for its running-request cap by each replica's KV pool, where the scenario sets
+    no ``scheduler.max_num_seqs`` of its own (SGLang's ``max_running_requests``)."""
+    if "max_num_seqs" in scenario.scheduler.model_fields_set or engine.scheduler is None:
+        return None
+    rule = engine.scheduler.max_num_seqs_rule
+    return rule.value if rule is not None else None
 
 
 def _memory_defaults(

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from clustersim.config.base import StrictModel
 from clustersim.config.memorytiers import GpuMemoryRule
 from clustersim.config.releases import checked_release, runs_before
-from clustersim.config.reserve import DecodeReserve
+from clustersim.config.reserve import DecodeReserve, SeqsRule
 
 T = TypeVar("T")
 # how an engine sizes its KV cache from the GPU's memory (see EngineProfile)
@@ -213,6 +213,8 @@ class EngineSchedulerDefaults(StrictModel):
     max_num_seqs: Cited[int] | None = None
     max_num_batched_tokens: Cited[int] | None = None
     decode_reserve: Cited[DecodeReserve] | None = None
+    # the running-request cap by the replica's KV pool, where the scenario sets no max_num_seqs
+    max_num_seqs_rule: Cited[SeqsRule] | None = None
 
 
 class EngineKVDefaults(StrictModel):

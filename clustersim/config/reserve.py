@@ -35,3 +35,30 @@ class DecodeReserve(StrictModel):
     @property
     def decay_per_step(self) -> float:
         return (self.init_ratio - self.min_ratio) / self.decay_steps
+
+
+class SeqsRule(StrictModel):
+    """An engine that sizes its running-request cap by its KV pool (SGLang, where ``--max-running-requests``
+    is unset): ``min(kv_tokens // kv_tokens_per_seq, clamp(int(kv_tokens / context_len x
+    pool_seqs_per_context_len), pool_min_seqs, pool_max_seqs))``, ``kv_tokens`` the replica's KV pool and
+    ``context_len`` the model's longest context (``python/sglang/srt/model_executor/model_runner.py``
+    ``init_memory_pool``: the request pool's ``max_num_reqs``; ``scheduler.py``: ``max_running_requests``,
+    the lesser of ``max_total_num_tokens // 2`` and that pool)."""
+
+    kv_tokens_per_seq: PositiveInt
+    pool_seqs_per_context_len: PositiveInt
+    pool_min_seqs: PositiveInt
+    pool_max_seqs: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SeqsRule:
+        if self.pool_min_seqs > self.pool_max_seqs:
+            least, most = self.pool_min_seqs, self.pool_max_seqs
+            raise ValueError(f"pool_min_seqs ({least}) must be at most pool_max_seqs ({most})")
+        return self
+
+    def max_seqs(self, kv_tokens: int, context_len_tokens: int) -> int:
+        """The running-request cap of a replica whose KV pool holds ``kv_tokens`` (at least 1)."""
+        pool = int(kv_tokens / context_len_tokens * self.pool_seqs_per_context_len)
+        pool = min(max(pool, self.pool_min_seqs), self.pool_max_seqs)
+        return max(1, min(kv_tokens // self.kv_tokens_per_seq, pool))

@@ -137,3 +137,31 @@ def test_a_memory_rule_needs_ordered_tiers():
         GpuMemoryRule.model_validate({**common, "tiers": [{**tier, "below_gib": 80}]})
     with pytest.raises(ValueError, match="release number"):
         GpuMemoryRule.model_validate({**common, "since_version": "soon", "tiers": [tier]})
+
+
+def test_sglang_caps_its_running_requests_by_the_kv_pool_not_at_256():
+    raw = bare("sglang")
+    plan = plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), Catalogue.builtin())
+    group = plan.groups[0]
+    kv_tokens = group.num_kv_blocks * plan.scenario.kv.block_size_tokens
+    # Llama-3.1-8B on an H100: ~470,000 KV tokens over a 131,072-token context: 512 x 3.6 = 1,8xx -> 2,048
+    assert kv_tokens > 400_000 and group.model.max_model_len_tokens == 131_072
+    assert plan.group_limits(group).max_num_seqs == 2048
+    raw["scheduler"] = {"max_num_seqs": 64}
+    plan = plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), Catalogue.builtin())
+    assert plan.seqs_rule is None and plan.group_limits(plan.groups[0]).max_num_seqs == 64  # the scenario's wins
+    vllm = plan_run(LoadedScenario(scenario_from_mapping(bare("vllm"), "t.yaml"), "t.yaml", Path(".")))
+    assert vllm.seqs_rule is None and vllm.group_limits(vllm.groups[0]).max_num_seqs == 1024
+
+
+def test_the_running_request_rule_is_sglangs_formula():
+    from clustersim.config.reserve import SeqsRule
+
+    rule = SeqsRule(kv_tokens_per_seq=2, pool_seqs_per_context_len=512, pool_min_seqs=2048, pool_max_seqs=4096)
+    assert rule.max_seqs(1_000_000, 40_960) == 4096  # 12,500 by the pool formula, clamped to 4,096
+    assert rule.max_seqs(250_000, 40_960) == 3125  # int(250,000 / 40,960 x 512)
+    assert rule.max_seqs(500_000, 163_840) == 2048  # 1,562 raised to the pool's least
+    assert rule.max_seqs(3_000, 40_960) == 1500  # a small pool: half its tokens
+    assert rule.max_seqs(1, 40_960) == 1
+    with pytest.raises(ValueError, match="at most pool_max_seqs"):
+        SeqsRule(kv_tokens_per_seq=2, pool_seqs_per_context_len=512, pool_min_seqs=4096, pool_max_seqs=2048)
