@@ -607,7 +607,7 @@ class KVMemory:
     """How one GPU of a replica splits its memory, as its engine computes it (bytes)."""
 
     total_bytes: float
-    budget_bytes: float  # what the engine's memory fraction allows, before weights
+    budget_bytes: float  # what the weights may take: the engine's fraction of the total, or all of it (of_free)
     weight_bytes: float
     activation_bytes: float
     runtime_bytes: float
@@ -647,7 +647,8 @@ def engine_kv_memory(
     budget = total * gpu_memory_frac
     if engine.kv_memory_rule == "of_total":
         kv = budget - weights - activation_bytes - runtime
-    elif engine.kv_memory_rule == "of_free":
+    elif engine.kv_memory_rule == "of_free":  # the fraction is of what the weights and buffers leave
+        budget = total
         kv = gpu_memory_frac * (total - weights - activation_bytes - runtime)
     else:
         kv = budget - weights - max(0.0, activation_bytes + runtime - (total - budget))

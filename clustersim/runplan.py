@@ -364,7 +364,11 @@ def kv_blocks(
     batched = scenario.scheduler.max_num_batched_tokens
     activations = activation_reserve_bytes(model, tp, batched)
     memory = engine_kv_memory(model, gpu, tp, pp, kv.gpu_memory_frac, activations, draft.weight_bytes_per_gpu)
-    usable = f"{memory.budget_bytes / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {memory.total_bytes / GIB:.1f} GiB)"
+    usable = (
+        f"{memory.budget_bytes / GIB:.1f} GiB usable ({kv.gpu_memory_frac} x {memory.total_bytes / GIB:.1f} GiB)"
+        if memory.budget_bytes < memory.total_bytes
+        else f"{memory.total_bytes / GIB:.1f} GiB usable, {kv.gpu_memory_frac} of what is left going to the KV cache"
+    )
     if memory.budget_bytes - memory.weight_bytes < block:
         raise ConfigError(
             source,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import SCENARIOS, SHARED
+from conftest import SCENARIOS, SHARED, explicit_scenario
 
 from clustersim.architecture import GpuSpec, ModelShape, blocks_for_tokens, engine_kv_memory, kv_capacity_blocks
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.loader import LoadedScenario, scenario_from_mapping
+from clustersim.errors import ConfigError
+from clustersim.runplan import plan_run
 
 CATALOGUE = Catalogue.builtin()
 
@@ -128,6 +132,25 @@ def test_engine_kv_memory_rules_by_hand(engine, expected_gib):
     if engine == "vllm-v1":
         logged = engine_kv_memory(model, gpu, 1, 1, frac, 1.24 * GIB)
         assert logged.kv_bytes / GIB == pytest.approx(54.62, abs=0.15)
+
+
+def test_tensorrt_llm_weights_may_fill_more_than_its_kv_fraction_of_memory():
+    """TensorRT-LLM's free_gpu_memory_fraction is of what the weights leave: DeepSeek-R1 at TP 4 on B200s
+    (157 GiB of weights a GPU, more than 0.8 of 178 GiB) runs, as SemiAnalysis's InferenceX served it."""
+
+    raw = explicit_scenario([(0.0, 8, 3)])
+    del raw["scheduler"], raw["kv"]
+    raw["cluster"] = {"hardware": "B200", "model": "deepseek-ai/DeepSeek-R1-0528", "engine": "trtllm",
+                      "tensor_parallel": 4}  # fmt: skip
+    raw["kv"] = {"gpu_memory_frac": 0.8}
+    plan = plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), CATALOGUE)
+    memory = plan.groups[0].kv_memory
+    assert memory is not None and memory.weight_bytes > 0.8 * memory.total_bytes
+    left = memory.total_bytes - memory.weight_bytes - memory.activation_bytes - memory.runtime_bytes
+    assert memory.kv_bytes == pytest.approx(0.8 * left) and plan.groups[0].num_kv_blocks > 0
+    raw["cluster"]["engine"] = "vllm"  # vLLM's fraction is of the total: the same weights do not fit
+    with pytest.raises(ConfigError, match=r"does not fit on B200 .* usable \(0.8 x"):
+        plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), CATALOGUE)
 
 
 def test_vllm_tensor_parallel_buffers_come_off_every_gpu():
