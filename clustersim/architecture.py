@@ -70,6 +70,7 @@ class ModelShape:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    loaded_weight_bytes: float = 0.0  # the published checkpoint as engines load it (0: parameters x precision)
 
     @classmethod
     def from_profile(
@@ -125,6 +126,7 @@ class ModelShape:
             qk_nope_head_dim=opt("qk_nope_head_dim"),
             qk_rope_head_dim=opt("qk_rope_head_dim"),
             v_head_dim=opt("v_head_dim"),
+            loaded_weight_bytes=loaded.value if (loaded := profile.loaded_weight_bytes) and weights == native else 0.0,
         )
 
     def with_precision(self, weights: Precision | None, kv_cache: Precision | None) -> ModelShape:
@@ -132,7 +134,8 @@ class ModelShape:
         shape = self
         if weights is not None and weights != self.weight_precision:  # another format: scaled per tensor
             size = BYTES_PER_ELEMENT[weights]
-            shape = replace(shape, weight_precision=weights, weight_bytes_per_param=size, weight_scaling="tensor")
+            shape = replace(shape, weight_precision=weights, weight_bytes_per_param=size, weight_scaling="tensor",
+                            loaded_weight_bytes=0.0)  # fmt: skip
         if kv_cache is not None:
             shape = replace(shape, kv_bytes_per_element=BYTES_PER_ELEMENT[kv_cache])
         return shape
@@ -257,7 +260,12 @@ class ModelShape:
         return replace(self, weight_bytes_per_param=sixteen_bit, weight_precision="bf16", weight_scaling="tensor")
 
     def weight_bytes(self) -> float:
-        """Bytes of all weights of one model copy (embedding and LM head at 16 bits)."""
+        """Bytes of all weights of one model copy in GPU memory: as loaded where the profile measured it
+        (``loaded_weight_bytes``), else its parameters at their precision (embedding and LM head at 16 bits)."""
+        return self.loaded_weight_bytes or self.computed_weight_bytes()
+
+    def computed_weight_bytes(self) -> float:
+        """Bytes of all weights of one model copy by parameter count (embedding and LM head at 16 bits)."""
         embedding = self.embedding_params()
         return (
             self.num_params() - embedding
@@ -550,7 +558,8 @@ def weight_bytes_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_paral
     layers_share = model.layers_per_stage(pipeline_parallel) / model.num_layers
     layer_params = model.num_params() - model.embedding_params() - model.hidden_size
     stage_bytes = (layers_share * layer_params + model.hidden_size) * model.weight_bytes_per_param
-    return (stage_bytes + model.embedding_params() * model.embedding_bytes_per_param) / tensor_parallel
+    as_loaded = model.weight_bytes() / model.computed_weight_bytes()  # a measured load, in proportion
+    return as_loaded * (stage_bytes + model.embedding_params() * model.embedding_bytes_per_param) / tensor_parallel
 
 
 def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int, pipeline_parallel: int = 1) -> float:

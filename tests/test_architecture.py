@@ -153,6 +153,21 @@ def test_tensorrt_llm_weights_may_fill_more_than_its_kv_fraction_of_memory():
         plan_run(LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", Path(".")), CATALOGUE)
 
 
+def test_a_measured_load_sets_the_weights_memory_at_the_published_precision_only():
+    """gpt-oss-120b takes 65.97 GiB on one H100 as vLLM loads it (its MXFP4 experts repacked), not the
+    56 GiB its parameters at 0.5 byte come to; served at another precision it is counted again."""
+    from clustersim.architecture import weight_bytes_per_gpu
+
+    model = ModelShape.from_profile(CATALOGUE.model("openai/gpt-oss-120b"))
+    assert model.weight_bytes() / GIB == pytest.approx(65.97, abs=0.01)
+    assert model.computed_weight_bytes() / GIB == pytest.approx(56.0, abs=0.1)
+    assert weight_bytes_per_gpu(model, 2) == pytest.approx(model.weight_bytes() / 2)
+    assert sum(weight_bytes_per_gpu(model, 1, 2) for _ in range(2)) == pytest.approx(model.weight_bytes(), rel=0.05)
+    bf16 = ModelShape.from_profile(CATALOGUE.model("openai/gpt-oss-120b"), weight_precision="bf16")
+    assert bf16.loaded_weight_bytes == 0.0 and bf16.weight_bytes() == bf16.computed_weight_bytes()
+    assert model.with_precision("fp8", None).loaded_weight_bytes == 0.0
+
+
 def test_vllm_tensor_parallel_buffers_come_off_every_gpu():
     model = ModelShape.from_profile(CATALOGUE.model("Llama-3.1-8B"))
     gpu = GpuSpec.from_profiles(CATALOGUE.hardware("H100-SXM"), CATALOGUE.engine("vllm-v1"))

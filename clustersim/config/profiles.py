@@ -143,6 +143,9 @@ class ModelProfile(_Physical):
     v_head_dim: Cited[int] | None = None
     # how the published checkpoint's FP8 weights are scaled (absent: per tensor or channel)
     weight_scaling: Cited[WeightScaling] | None = None
+    # bytes one copy's weights take in GPU memory as engines load the published checkpoint, where
+    # parameters x weight_bytes_per_param misstate it (mixed-precision checkpoints, repacked kernels' layouts)
+    loaded_weight_bytes: Cited[float] | None = None
 
     @model_validator(mode="after")
     def _stored_precision(self) -> ModelProfile:
