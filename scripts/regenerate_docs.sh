@@ -23,6 +23,9 @@ if [ "${1:-}" != "--skip-fit" ]; then
   cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
   cp "$out/corpus-fit/fits/"*.json validation/fit/fits/
 fi
+# the rows added to the corpus since that fit, predicted with the profiles as they are (until a refit takes them in)
+clustersim validate --rows gpustack --rows semianalysis --rows gh-simon-mo --rows 'lmsys-cookbook-gptoss*' --quiet \
+  --out "$out/unseen" --doc 'docs/validation.md#unseen'
 
 # README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
 clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan
