@@ -6,11 +6,13 @@ per row). Log-log axes, colour by engine, marker by GPU, the line of equality an
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
 
 from clustersim.analysis.style import annotate_empty, colors, new_figure, save, theme
 
@@ -18,6 +20,7 @@ KINDS = (("throughput", "throughput (tokens/s, requests/s)"), ("TTFT", "TTFT (ms
          ("TPOT/ITL", "TPOT / ITL (ms)"), ("E2E", "end-to-end latency (ms)"))  # fmt: skip
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND = 0.15
+MIN_SPAN = 20.0  # the least ratio of an axis's ends: over a decade, so a whole power is always labelled
 
 
 def plot_parity(comparisons_parquet: Path, title: str = "") -> Figure:
@@ -40,11 +43,16 @@ def plot_parity(comparisons_parquet: Path, title: str = "") -> Figure:
                        marker=markers[gpu], label=f"{engine} {gpu} ({len(part)})")  # fmt: skip
         values = np.concatenate([rows["published"].to_numpy(), rows["predicted"].to_numpy()])
         low, high = float(values.min()) / 1.5, float(values.max()) * 1.5
+        if high / low < MIN_SPAN:  # a narrow range might hold no whole power to label
+            middle = math.sqrt(low * high)
+            low, high = middle / math.sqrt(MIN_SPAN), middle * math.sqrt(MIN_SPAN)
         line = np.array([low, high])
         ax.plot(line, line, color="0.3", linewidth=0.8)
         ax.fill_between(line, line * (1 - BAND), line * (1 + BAND), color="0.5", alpha=0.12, linewidth=0)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # whole powers only: minor labels of a narrow range run together
+            axis.set_minor_formatter(NullFormatter())
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
         mape = float(np.mean(np.abs(rows["error_pct"]))) if len(rows) else float("nan")
