@@ -413,6 +413,7 @@ class GpuSpec:
     elementwise_memory_efficiency_frac: float | None = None  # None: memory_efficiency_frac
     moe_efficiency_scale: float = 1.0  # the routed experts' grouped GEMMs against dense GEMMs
     block_efficiency_scale: float = 1.0  # GEMMs of block-scaled FP8 weights against per-tensor FP8 GEMMs
+    weight_only_compute_scale: float = 1.0  # GEMMs of weights no tensor-core path takes, dequantized in the kernel
     sustained_flops_per_s: float | None = None  # 16-bit GEMMs under continuous load (None: no limit known)
     sustained_fp8_flops_per_s: float | None = None  # FP8 GEMMs under continuous load
     engine: EngineSpec = field(default_factory=EngineSpec)
@@ -496,6 +497,7 @@ class GpuSpec:
             prefill_attention_latency_s=spec.prefill_attention_latency_s * latency,
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
             block_efficiency_scale=scales.block_scale.value if scales.block_scale is not None else 1.0,
+            weight_only_compute_scale=scales.weight_only_scale.value if scales.weight_only_scale is not None else 1.0,
             engine=_scaled_engine_spec(engine_spec, scales, spec.interconnect_latency_s),
         )
 
@@ -503,6 +505,13 @@ class GpuSpec:
     def usable_memory_bytes(self) -> float:
         """The memory an engine sizes itself from: the driver's total (less than the datasheet's)."""
         return self.memory_reported_bytes if self.memory_reported_bytes is not None else self.memory_bytes
+
+    def runs_weight_only(self, precision: Precision) -> bool:
+        """Whether GEMMs of ``precision`` weights run weight-only here: narrower than 16 bits, with no
+        tensor-core path of their own (:meth:`gemm_peak_flops_per_s` falls back to the 16-bit peak)."""
+        return (precision == "fp4" and self.peak_fp4_flops_per_s is None) or (
+            precision == "fp8" and self.peak_fp8_flops_per_s is None
+        )
 
     def gemm_peak_flops_per_s(self, precision: Precision) -> float:
         """Tensor-core peak for GEMMs with ``precision`` weights (and activations quantized to match).

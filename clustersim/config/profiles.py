@@ -173,7 +173,10 @@ class EfficiencyScales(_Physical):
     element-wise and both attention latencies: what a small batch's step is made of; not capped either),
     ``eager_launch_scale`` the engine's eager launch times (``launch_overhead_per_layer_eager_s`` and
     ``launch_overhead_per_kernel_eager_s``; not capped), ``block_scale`` both efficiencies of GEMMs
-    whose FP8 weights carry block scales (dense and grouped), against per-tensor FP8 GEMMs'.
+    whose FP8 weights carry block scales (dense and grouped), against per-tensor FP8 GEMMs',
+    ``weight_only_scale`` the compute efficiency of GEMMs whose weights are narrower than any tensor-core
+    path of the GPU (FP4 on Hopper and Ampere, FP8 on Ampere: dequantized inside weight-only kernels such
+    as Marlin, which vLLM's log warns "may degrade performance for compute-heavy workloads").
     Absent: 1.
     """
 
@@ -188,6 +191,7 @@ class EfficiencyScales(_Physical):
     kernel_latency_scale: Cited[float] | None = None
     eager_launch_scale: Cited[float] | None = None
     block_scale: Cited[float] | None = None
+    weight_only_scale: Cited[float] | None = None
 
 
 class KernelRelease(StrictModel):

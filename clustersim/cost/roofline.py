@@ -124,13 +124,21 @@ def block_scale(model: ModelShape, gpu: GpuSpec) -> float:
     return gpu.block_efficiency_scale if model.weight_scaling == "block" else 1.0
 
 
+def weight_only_scale(model: ModelShape, gpu: GpuSpec) -> float:
+    """The engine's compute efficiency on GEMMs of ``model``'s weights where no tensor-core path takes
+    them (dequantized inside a weight-only kernel), against 16-bit GEMMs' (1 where one does)."""
+    return gpu.weight_only_compute_scale if gpu.runs_weight_only(model.weight_precision) else 1.0
+
+
 def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """One GEMM: kernel latency plus the blended roofline at the weights' GEMM peak (block-scaled FP8
-    weights at the engine's efficiency for them, ``block_efficiency_scale`` of per-tensor FP8's)."""
+    weights at the engine's efficiency for them, ``block_efficiency_scale`` of per-tensor FP8's; weights
+    no tensor core takes at ``weight_only_compute_scale`` of the 16-bit compute rate)."""
     flops = gemm.flops()
     num_bytes = gemm.bytes(model.weight_bytes_per_param, model.activation_bytes_per_element)
     scale = block_scale(model, gpu)
-    compute_s = flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
+    peak = gpu.gemm_peak_flops_per_s(model.weight_precision) * weight_only_scale(model, gpu)
+    compute_s = flops / (peak * gpu.compute_efficiency_frac * scale)
     memory_s = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     time_s = gpu.gemm_kernel_latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
     return _limited(_Timed(flops, num_bytes, time_s, compute_s, memory_s), sustained_s(flops, model, gpu))
@@ -156,9 +164,10 @@ def sustained_s(flops: float, model: ModelShape, gpu: GpuSpec) -> float:
 def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     """A fused multi-GEMM kernel group (MoE experts) priced like one GEMM per kernel launched, at the
     engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs'; block-scaled
-    FP8 experts also ``block_efficiency_scale``)."""
+    FP8 experts also ``block_efficiency_scale``, weight-only ones ``weight_only_compute_scale``)."""
     scale = gpu.moe_efficiency_scale * block_scale(model, gpu)
-    compute_s = work.flops / (gpu.gemm_peak_flops_per_s(model.weight_precision) * gpu.compute_efficiency_frac * scale)
+    peak = gpu.gemm_peak_flops_per_s(model.weight_precision) * weight_only_scale(model, gpu)
+    compute_s = work.flops / (peak * gpu.compute_efficiency_frac * scale)
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
     time_s = latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)

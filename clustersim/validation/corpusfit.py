@@ -70,7 +70,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
-from clustersim.architecture import ModelShape
+from clustersim.architecture import GpuSpec, ModelShape
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
@@ -99,13 +99,14 @@ SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     "comm_latency": ("comm_latency_scale",),
     "eager": ("eager_launch_scale",),
     "block": ("block_scale",),
+    "weight_only": ("weight_only_scale",),
     "latency": ("kernel_latency_scale",),
 }
 FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation corpus"
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
 # engine-wide scales, written into every family's block
-ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block")
+ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block", "weight_only")
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 # front-end time per request (milliseconds, not log scales): work (on the one server) and latency (on none),
 # and the engine profile field each is written to
@@ -125,7 +126,9 @@ class FitParam:
     """
 
     engine: str | None
-    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | frontend[_latency]
+    kind: (
+        str  # compute | memory | latency | moe | comm | comm_latency | eager | block | weight_only | frontend[_latency]
+    )
     family: str | None = None
     max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
@@ -153,6 +156,8 @@ class FitParam:
             return False
         if (self.kind == "eager" and not row.eager) or (self.kind == "block" and not row.block):
             return False
+        if self.kind == "weight_only" and not row.weight_only:
+            return False
         return any(self.applies(atom) for atom in row.atoms(self.kind))
 
 
@@ -170,6 +175,7 @@ class FitRow:
     eager: bool = False  # its engine launches eager steps' kernels from Python (a measured cost per kernel)
     frontend_max_ms: float = math.inf  # the most front-end time per request a fit may add (a cited ceiling)
     block: bool = False  # its FP8 weights carry block scales
+    weight_only: bool = False  # its weights are narrower than any tensor-core path of its GPU
 
     def atoms(self, kind: str) -> list[Atom]:
         """The scales of ``kind`` this row runs with (none without a GPU family)."""
@@ -206,7 +212,8 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         ceiling = engine.frontend_fitted_max_per_request_s
         most = ceiling.value * 1e3 if ceiling is not None else math.inf
         block = shape.weight_scaling == "block"
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most, block))
+        narrow = GpuSpec.from_profiles(hardware, engine).runs_weight_only(shape.weight_precision)
+        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most, block, narrow))
     return found
 
 
@@ -227,6 +234,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
                 params.add(FitParam(r.engine, "eager"))
             if r.block:
                 params.add(FitParam(r.engine, "block"))
+            if r.weight_only:
+                params.add(FitParam(r.engine, "weight_only"))
         if r.served and r.frontend_max_ms > 0:
             params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
         if r.served:

@@ -605,6 +605,32 @@ def test_block_scaled_fp8_weights_run_their_gemms_at_the_engines_block_efficienc
     assert slow_experts > price_step(prefill, deepseek, moe, 8).op("moe").time_s
 
 
+def test_weights_no_tensor_core_takes_run_at_the_engines_weight_only_compute_rate():
+    """GPT-OSS's MXFP4 experts on an H100 (no FP4 tensor cores) are dequantized inside a weight-only
+    kernel: a compute-bound prefill's expert GEMMs take twice as long at a scale of 0.5, a decode step's
+    weight reads do not, and a B200 (FP4 tensor cores) or BF16 weights are not touched."""
+    catalogue = Catalogue.builtin()
+    oss = ModelShape.from_profile(catalogue.model("openai/gpt-oss-120b"))
+    h100 = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), catalogue.engine("vllm"))
+    b200 = GpuSpec.from_profiles(catalogue.hardware("B200"), catalogue.engine("vllm"))
+    assert h100.runs_weight_only("fp4") and not b200.runs_weight_only("fp4") and not h100.runs_weight_only("fp8")
+    assert GpuSpec.from_profiles(catalogue.hardware("A100-80GB"), catalogue.engine("vllm")).runs_weight_only("fp8")
+    assert h100.weight_only_compute_scale == 1.0  # no shipped profile carries one yet
+    prefill = StepBatch(prefill_new_tokens=(8192,), prefill_context_tokens=(0,))
+    decode = StepBatch(num_decode_seqs=2, decode_context_tokens=2000)
+    half = replace(h100, weight_only_compute_scale=0.5)
+    for op in ("moe", "linear"):
+        slow, fast = price_step(prefill, oss, half, 1).op(op), price_step(prefill, oss, h100, 1).op(op)
+        assert slow.time_s > 1.5 * fast.time_s  # compute-bound: near twice (latencies and blending aside)
+    assert price_step(decode, oss, half, 1).op("moe").time_s == pytest.approx(
+        price_step(decode, oss, h100, 1).op("moe").time_s, rel=0.05
+    )  # memory-bound: the 4-bit weight reads decide
+    b200_half = replace(b200, weight_only_compute_scale=0.5)
+    assert price_step(prefill, oss, b200_half, 1).op("moe").time_s == price_step(prefill, oss, b200, 1).op("moe").time_s
+    llama = ModelShape.from_profile(catalogue.model("Llama-3.1-8B"))
+    assert price_step(prefill, llama, half, 1).duration_s == price_step(prefill, llama, h100, 1).duration_s
+
+
 def test_a_compiled_engine_launches_an_ungraphed_step_from_its_compiled_code():
     """vLLM V1 runs a step over its largest captured graph through torch.compile's code: each dense
     layer costs ``launch_overhead_per_layer_compiled_s``, not the eager 483 us, which applies only with

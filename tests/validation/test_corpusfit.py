@@ -117,7 +117,7 @@ def test_front_end_work_is_fitted_within_its_measured_ceiling_and_latency_for_ev
     ]
     frows = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
     assert CATALOGUE.engine("vllm-v1").frontend_fitted_max_per_request_s.value == 0.0
-    assert CATALOGUE.engine("sglang").frontend_fitted_max_per_request_s is None
+    assert CATALOGUE.engine("sglang").frontend_fitted_max_per_request_s.value == pytest.approx(0.00733)
     fronts = [p for p in parameters(frows) if p.kind == "frontend"]
     assert [p.label for p in fronts] == ["sglang.frontend"]  # vLLM's cited costs fill its ceiling
     # latency occupies no server: every served engine fits it, within no ceiling
@@ -131,7 +131,7 @@ def test_front_end_work_is_fitted_within_its_measured_ceiling_and_latency_for_ev
     assert engines["vllm-v1"].frontend_fitted_latency_s.value == 0.005
     assert engines["vllm-v1"].frontend_fitted_per_request_s is None
     assert atom_scales([fronts[0], *latencies], [0.004, 0.02, 0.005], "sglang") == {}  # no scale among them
-    assert solver_bounds(fronts[0]) == (0.0, corpusfit.FRONTEND_MAX_MS) and prior_weight(fronts[0]) == 0.0
+    assert solver_bounds(fronts[0]) == pytest.approx((0.0, 7.33)) and prior_weight(fronts[0]) == 0.0  # its ceiling
     capped = FitParam("x", "frontend", max_ms=0.5)
     assert capped == FitParam("x", "frontend")  # the ceiling is not part of the parameter's identity
     assert solver_bounds(capped) == (0.0, 0.5) and solver_start(capped) == 0.25  # inside a ceiling under 1 ms
@@ -212,6 +212,23 @@ def test_block_scaled_fp8_rows_fit_one_engine_wide_scale_on_their_gemms():
     engine = engines_with(reference_engines(CATALOGUE), block[1:], [0.5])["vllm-v1"]
     for gpu in ("A100-80GB", "H100-SXM", "B200"):  # written into every family's block
         assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).block_efficiency_scale == pytest.approx(0.5)
+
+
+def test_weights_no_tensor_core_takes_fit_one_engine_wide_weight_only_scale():
+    rows = [
+        dataclasses.replace(BASE, row_id="a-oss-h100", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4"),
+        dataclasses.replace(BASE, row_id="a-oss-b200", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4",
+                            gpu="B200"),
+        dataclasses.replace(BASE, row_id="a-llama", publisher="a"),
+    ]  # fmt: skip
+    found = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
+    assert [r.weight_only for r in found] == [True, False, False]  # the B200 has FP4 tensor cores
+    narrow = [p for p in parameters(found) if p.kind == "weight_only"]
+    assert [p.label for p in narrow] == ["vllm-v1.weight_only"]
+    assert [r.row.row_id for r in found if narrow[0].touches_row(r)] == ["a-oss-h100"]
+    engine = engines_with(reference_engines(CATALOGUE), narrow, [0.4])["vllm-v1"]
+    for gpu in ("A100-80GB", "H100-SXM"):  # written into every family's block
+        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).weight_only_compute_scale == pytest.approx(0.4)
 
 
 class _ClosedForm:
