@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from clustersim.cost.base import CostModel, DecodeStepShape
+from clustersim.cost.base import CostModel, DecodeStepShape, StepBatch
 from clustersim.cost.runs import run_duration_s
 from clustersim.eventlog import RunLog
 from clustersim.kvcache.manager import KVManager
@@ -213,6 +213,19 @@ class Core:
             return None
         return self.policy.hold_until_s(now_s, 0, self.waiting)
 
+    def _plan_again(self, now_s: float) -> StepBatch | None:
+        """The scheduler's next call at the same instant, after a call that only preempted (vLLM V1 admits
+        nothing in a step that preempted; its engine loop schedules again at once, where an idle replica
+        here would wait for an event that may never come). The preemptions count in the step it plans."""
+        builder = self._builder
+        preempted, swapped_out, swap_blocks = builder.num_preempted, builder.num_swapped_out, builder.swap_blocks
+        builder.reset(now_s)
+        self.policy.plan(builder)
+        builder.num_preempted += preempted
+        builder.num_swapped_out += swapped_out
+        builder.swap_blocks += swap_blocks
+        return builder.batch()
+
     def plan(self, now_s: float) -> Step | None:
         """Decide the next step (or run of decode steps); None when there is nothing to do."""
         at_boundary = not self.mid_multi_step(self.seats.decode_index)  # else the scheduler does not run
@@ -229,6 +242,8 @@ class Core:
             self.reservation.idle(self.seats.decode_index)
         self.policy.plan(builder)
         batch = builder.batch()
+        if batch is None and builder.num_preempted:
+            batch = self._plan_again(now_s)
         if batch is None:
             if (len(self.waiting) or self.deferred or self.swapped) and not self.remote.waited_on:
                 raise ReplicaStalledError(
