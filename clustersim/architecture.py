@@ -523,11 +523,11 @@ class GpuSpec:
         backends FlashInfer MXFP4 x BF16, triton_kernels and Marlin in
         vllm/model_executor/layers/quantization/mxfp4.py), as Marlin's NVFP4 path does.
         """
-        if precision == "fp4":
-            return self.peak_fp4_flops_per_s if self.peak_fp4_flops_per_s is not None else self.peak_flops_per_s
+        if precision == "fp4" and self.peak_fp4_flops_per_s is not None:
+            return self.peak_fp4_flops_per_s
         if precision == "fp8" and self.peak_fp8_flops_per_s is not None:
             return self.peak_fp8_flops_per_s
-        return self.peak_flops_per_s
+        return self.peak_flops_per_s  # 16-bit weights, or weights run weight-only (:meth:`runs_weight_only`)
 
     def gemm_sustained_flops_per_s(self, precision: Precision) -> float:
         """The most FLOP/s GEMMs with ``precision`` weights hold under continuous load (``inf``: no limit

@@ -124,10 +124,12 @@ def block_scale(model: ModelShape, gpu: GpuSpec) -> float:
     return gpu.block_efficiency_scale if model.weight_scaling == "block" else 1.0
 
 
-def weight_only_scale(model: ModelShape, gpu: GpuSpec) -> float:
-    """The engine's compute efficiency on GEMMs of ``model``'s weights where no tensor-core path takes
-    them (dequantized inside a weight-only kernel), against 16-bit GEMMs' (1 where one does)."""
-    return gpu.weight_only_compute_scale if gpu.runs_weight_only(model.weight_precision) else 1.0
+def gemm_peak_flops_per_s(model: ModelShape, gpu: GpuSpec) -> float:
+    """The compute rate GEMMs of ``model``'s weights start from: the GPU's peak for them, times the
+    engine's ``weight_only_compute_scale`` where no tensor-core path takes them (dequantized inside a
+    weight-only kernel)."""
+    peak = gpu.gemm_peak_flops_per_s(model.weight_precision)
+    return peak * gpu.weight_only_compute_scale if gpu.runs_weight_only(model.weight_precision) else peak
 
 
 def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
@@ -137,8 +139,7 @@ def gemm_time(gemm: Gemm, model: ModelShape, gpu: GpuSpec) -> _Timed:
     flops = gemm.flops()
     num_bytes = gemm.bytes(model.weight_bytes_per_param, model.activation_bytes_per_element)
     scale = block_scale(model, gpu)
-    peak = gpu.gemm_peak_flops_per_s(model.weight_precision) * weight_only_scale(model, gpu)
-    compute_s = flops / (peak * gpu.compute_efficiency_frac * scale)
+    compute_s = flops / (gemm_peak_flops_per_s(model, gpu) * gpu.compute_efficiency_frac * scale)
     memory_s = num_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     time_s = gpu.gemm_kernel_latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
     return _limited(_Timed(flops, num_bytes, time_s, compute_s, memory_s), sustained_s(flops, model, gpu))
@@ -166,8 +167,7 @@ def grouped_time(work: Work, model: ModelShape, gpu: GpuSpec) -> _Timed:
     engine's efficiency for grouped GEMMs (``moe_efficiency_scale`` of the dense GEMMs'; block-scaled
     FP8 experts also ``block_efficiency_scale``, weight-only ones ``weight_only_compute_scale``)."""
     scale = gpu.moe_efficiency_scale * block_scale(model, gpu)
-    peak = gpu.gemm_peak_flops_per_s(model.weight_precision) * weight_only_scale(model, gpu)
-    compute_s = work.flops / (peak * gpu.compute_efficiency_frac * scale)
+    compute_s = work.flops / (gemm_peak_flops_per_s(model, gpu) * gpu.compute_efficiency_frac * scale)
     memory_s = work.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_frac * scale)
     latency_s = work.num_kernels * gpu.gemm_kernel_latency_s
     time_s = latency_s + blend_s(compute_s, memory_s, gpu.roofline_blend_exponent)
