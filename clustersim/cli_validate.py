@@ -6,7 +6,7 @@ import fnmatch
 import importlib.util
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from clustersim.cli_common import write_doc
 from clustersim.config.catalogue import Catalogue, builtin_data_dir
-from clustersim.errors import ClusterSimError
+from clustersim.errors import ClusterSimError, ConfigError
 from clustersim.guard import fail
 from clustersim.outdir import claimed_folder, new_default_folder
 from clustersim.progress import CountProgress, progress_enabled
@@ -29,6 +29,7 @@ from clustersim.validation.corpusreport import (
 )
 from clustersim.validation.crossval import CorpusFit, fit_corpus, folds_summary, write_efficiency
 from clustersim.validation.feasibility import infeasible_ttft
+from clustersim.validation.rowscenario import lookup_hardware
 from clustersim.validation.runcorpus import RowOutcome, comparisons, run_corpus, write_tables
 
 
@@ -100,6 +101,12 @@ def _report(outcomes: Sequence[RowOutcome], heading: str) -> tuple[str, str, str
 @click.option("--no-cv", is_flag=True, help="With --fit: skip the leave-one-publisher-out fits (in-sample only).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option(
+    "--hardware",
+    metavar="GPU",
+    help="Simulate every row on this GPU instead of the one it names (a what-if: a row whose GPU is in doubt, "
+    "or a published setting on other hardware); not with --fit.",
+)
+@click.option(
     "--doc",
     metavar="FILE.md[#BLOCK]",
     help="Also write the tables into their blocks of that Markdown file (without --fit, FILE.md#BLOCK writes the "
@@ -118,6 +125,7 @@ def validate_command(
     write_profiles: bool,
     no_cv: bool,
     quiet: bool,
+    hardware: str | None,
     doc: str | None,
 ) -> None:
     """Simulate every row of the public validation corpus as it was measured and print the error.
@@ -135,6 +143,8 @@ def validate_command(
         fail("--write-profiles, --no-cv and --start-from need --fit")
     if start_from is not None and not (start_from / "fits").is_dir():
         fail(f"--start-from: {start_from} holds no fits/ folder (give the --out of an earlier `validate --fit`)")
+    if hardware is not None and do_fit:
+        fail("--hardware is a what-if of the shipped profiles: it cannot be fitted to (drop --fit)")
     if no_cv and doc:
         fail("--doc with --fit writes cross-validated errors: drop --no-cv")
     if do_fit and doc and "#" in doc:
@@ -150,6 +160,10 @@ def validate_command(
                 f"--profiles: {profiles_dir} is not a hardware_profiles folder (gpus/, models/, engines/)"
             )
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
+        _check_doubts(rows, catalogue)
+        if hardware is not None:
+            name = catalogue.hardware(hardware, source="--hardware", field_path="GPU").name
+            rows = tuple(replace(r, gpu=name) for r in rows)
         for row in rows:  # latencies no GPU could produce: fitted to, they would mislead the fit
             if (why := infeasible_ttft(row, catalogue)) is not None:
                 hint = "feature prefix_cache_hits, or earlier_runs naming the runs that left them cached"
@@ -159,19 +173,29 @@ def validate_command(
                                      start_from / "fits" if start_from else None)  # fmt: skip
             _fit(rows, catalogue, folder, corpus_dir, fit_options, doc)
         else:
-            _validate(rows, catalogue, folder, jobs, quiet, doc)
+            _validate(rows, catalogue, folder, jobs, quiet, doc, hardware)
     except ClusterSimError as exc:
         fail(str(exc))
         return
     click.echo(f"in {time.perf_counter() - started:.1f} s")
 
 
+def _check_doubts(rows: Sequence[CorpusRow], catalogue: Catalogue) -> None:
+    """Every ``gpu_doubt`` names a GPU the catalogue has."""
+    for row in rows:
+        if row.gpu_doubt is not None and lookup_hardware(row.gpu_doubt, catalogue) is None:
+            raise ConfigError(row.where, "features", f"gpu_doubt={row.gpu_doubt}: no hardware profile of that name "
+                              "(clustersim profiles lists them)")  # fmt: skip
+
+
 def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, jobs: int | None, quiet: bool,
-              doc: str | None) -> None:  # fmt: skip
+              doc: str | None, hardware: str | None = None) -> None:  # fmt: skip
     with CountProgress(len(rows), "rows", progress_enabled(quiet)) as bar:
         outcomes = run_corpus(rows, folder, jobs=jobs, catalogue_root=catalogue.root,
                               on_row=lambda _row, status: bar.advance(failed=status == "failed"))  # fmt: skip
     summary = corpus_summary(outcomes)
+    if hardware is not None:
+        summary += f"\n\nEvery row simulated on {rows[0].gpu} (--hardware), not on the GPU its source names."
     click.echo(summary)
     heading = "mean absolute percentage error with the profiles as they are"
     by_engine, by_gpu, _rows = _report(outcomes, f"{heading} (in-sample for the rows their fit saw)")

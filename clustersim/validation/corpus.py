@@ -126,6 +126,11 @@ CLIENT_GAP_FEATURE = "client_gap"
 # index, and an engine that keeps its prefix cache between runs (SGLang's radix cache) still holds them
 EARLIER_RUNS_FEATURE = "earlier_runs"
 EARLIER_RUN = re.compile(r"([1-9]\d*)-([1-9]\d*)/([1-9]\d*)$")
+# ``gpu_doubt=<GPU>``: the row's own figures contradict the GPU its source names and match this one's
+# datasheet (the evidence: docs/validation.md, "GPUs in doubt"). The row is still simulated and scored on
+# the GPU its source names; no fit uses it, since a scale fitted to it would move every row of that GPU.
+GPU_DOUBT_FEATURE = "gpu_doubt"
+GPU_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -164,6 +169,7 @@ class CorpusRow:
     dispatch: str | None = None  # the harness's rule over data-parallel instances (a router kind)
     client_gap: tuple[float, float] | None = None  # (s, s per prompt token) a client waited between requests
     earlier_runs: tuple[tuple[int, int, int], ...] = ()  # (IN, OUT, prompts) the server ran before, oldest first
+    gpu_doubt: str | None = None  # the GPU the row's figures match instead of ``gpu`` (never fitted)
     metrics: dict[str, float] = field(default_factory=dict)
     notes: str = ""
     file: str = ""
@@ -283,6 +289,7 @@ class _Stated:
     client_gap: tuple[float, float] | None = None
     earlier_runs: tuple[tuple[int, int, int], ...] = ()
     multi_step: int | None = None
+    gpu_doubt: str | None = None
 
 
 def _features(text: str, where: str) -> _Stated:
@@ -291,8 +298,14 @@ def _features(text: str, where: str) -> _Stated:
     between requests (``client_gap=<ms>/<us per prompt token>``), where it states them."""
     found, bounds, long_prefill, dispatch, gap, multi_step = set(), None, None, None, None, None
     earlier: tuple[tuple[int, int, int], ...] = ()
+    doubt = None
     for name in sorted(f.strip() for f in text.split(";") if f.strip()):
-        if name.startswith(EARLIER_RUNS_FEATURE + "="):
+        if name.startswith(GPU_DOUBT_FEATURE + "="):
+            doubt = name.split("=", 1)[1]
+            if not GPU_NAME.match(doubt):
+                problem = f"{shown_value(name)}: write {GPU_DOUBT_FEATURE}=<GPU> (a hardware profile's name)"
+                raise ConfigError(where, "features", problem)
+        elif name.startswith(EARLIER_RUNS_FEATURE + "="):
             earlier = _earlier_runs(name, where)
         elif name.startswith(BOUND_FEATURE + "="):
             bounds = _bounds(name, where)
@@ -313,11 +326,11 @@ def _features(text: str, where: str) -> _Stated:
             valued = [f"{BOUND_FEATURE}=<TTFT ms>/<TPOT ms>", f"{LONG_PREFILL_FEATURE}=<tokens>",
                       f"{MULTI_STEP_FEATURE}=<steps>",
                       f"{CLIENT_GAP_FEATURE}=<ms>/<us per prompt token>",
-                      f"{EARLIER_RUNS_FEATURE}=<IN>-<OUT>/<prompts>+..."]  # fmt: skip
+                      f"{EARLIER_RUNS_FEATURE}=<IN>-<OUT>/<prompts>+...", f"{GPU_DOUBT_FEATURE}=<GPU>"]  # fmt: skip
             known = ", ".join([*FEATURES, *valued, f"{DISPATCH_FEATURE}=<rule>"])
             problem = f"unknown feature '{name}'{did_you_mean(name, FEATURES)}; known: {known}"
             raise ConfigError(where, "features", problem)
-    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap, earlier, multi_step)
+    return _Stated(frozenset(found), bounds, long_prefill, dispatch, gap, earlier, multi_step, doubt)
 
 
 def _earlier_runs(text: str, where: str) -> tuple[tuple[int, int, int], ...]:
@@ -400,6 +413,9 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
     if stated.earlier_runs and not SGLANG_RANDOM_DATASET.match(raw["dataset"]):
         problem = f"{EARLIER_RUNS_FEATURE} are runs of the same seeded client: the dataset must be sglang-random-IN-OUT"
         raise ConfigError(where, "features", problem)
+    if stated.gpu_doubt is not None and stated.gpu_doubt.lower() == raw["gpu"].lower():
+        problem = f"{GPU_DOUBT_FEATURE}={stated.gpu_doubt} names the row's own GPU: name the one its figures match"
+        raise ConfigError(where, "features", problem)
     return CorpusRow(
         row_id=raw["id"],
         publisher=raw["publisher"],
@@ -433,6 +449,7 @@ def parse_row(raw: dict[str, str], file: str, line: int) -> CorpusRow:
         dispatch=stated.dispatch,
         client_gap=stated.client_gap,
         earlier_runs=stated.earlier_runs,
+        gpu_doubt=stated.gpu_doubt,
         metrics=metrics,
         notes=raw["notes"],
         file=file,

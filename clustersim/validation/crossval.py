@@ -94,11 +94,13 @@ def fit_corpus(
     fit's outcome is kept under ``checkpoints`` and reused from there while its inputs are the same.
     With ``start_from`` (another run's ``checkpoints``), each fit starts where the same fit there ended:
     the all-rows fit at its values, each fold at the values the earlier fold without the same publisher
-    reached for the parameters the left-out rows touch (:func:`_reset`), never at values fitted to them."""
+    reached for the parameters the left-out rows touch (:func:`_reset`), never at values fitted to them.
+    Rows whose GPU is in doubt (``gpu_doubt``) are predicted with the others but no fit uses them."""
     say = on_progress or (lambda _: None)
     built = [row_scenario(r, catalogue) for r in rows]
     skipped = [RowOutcome(b.row, "skipped", b.skip_reason or "", {}, {}) for b in built if b.mapping is None]
-    frows = fit_rows(built, catalogue)
+    scored = fit_rows(built, catalogue)
+    frows = [r for r in scored if r.row.gpu_doubt is None]  # the rows fitted to
     params = parameters(frows)
     base = reference_engines(catalogue)
     profiles_hash = profiles_sha256(catalogue.root)
@@ -120,7 +122,7 @@ def fit_corpus(
                                   lambda: fit(ev, x0, active, iterations, progress(name), every),
                                   [p.label for p in params])  # fmt: skip
 
-            everything = evaluator(frows, "all")
+            everything = evaluator(scored, "all")
             earlier_all = saved_values(start_from, "all-rows")  # where an earlier all-rows fit ended
             start = np.asarray([within_bounds(p, earlier_all.get(p.label, solver_start(p))) for p in params])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
@@ -129,13 +131,14 @@ def fit_corpus(
             in_sample = everything.predict(x_all, search=True)
             held_out: dict[str, Prediction | None] = {}
             folds: dict[str, FitOutcome] = {}
-            for publisher in sorted({r.row.publisher for r in frows}) if cross_validate else ():
+            for publisher in sorted({r.row.publisher for r in scored}) if cross_validate else ():
                 train = [r for r in frows if r.row.publisher != publisher]
-                held = [r for r in frows if r.row.publisher == publisher]
-                fold_start = _reset(params, x_all, held, saved_values(start_from, f"without-{publisher}"))
+                held = [r for r in scored if r.row.publisher == publisher]
+                fitted_held = [r for r in held if r.row.gpu_doubt is None]
+                fold_start = _reset(params, x_all, fitted_held, saved_values(start_from, f"without-{publisher}"))
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
-                x_fold = fold_start
-                if active:
+                x_fold = fold_start if fitted_held else x_all  # no fit saw rows that are all in doubt
+                if active and fitted_held:
                     iterations = fold_iterations or max_iterations
                     folds[publisher] = solve(f"without-{publisher}", train, fold_start, active, iterations,
                                              FOLD_JACOBIAN_EVERY)  # fmt: skip
@@ -146,7 +149,7 @@ def fit_corpus(
         shutil.rmtree(scratch, ignore_errors=True)
     counts = {p.label: sum(p.touches_row(r) for r in frows) for p in params}
     values = [natural(p, x) for p, x in zip(params, x_all, strict=True)]
-    return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(frows, held_out), skipped,
+    return CorpusFit(params, values, counts, _outcomes(scored, in_sample), _outcomes(scored, held_out), skipped,
                      folds)  # fmt: skip
 
 

@@ -106,6 +106,14 @@ def test_a_good_file_loads(tmp_path):
             "lab.csv:3: features: earlier_runs are runs of the same seeded client: the dataset must be sglang-random",
         ),
         (
+            {"features": "gpu_doubt="},
+            "lab.csv:3: features: 'gpu_doubt=': write gpu_doubt=<GPU> (a hardware profile's name)",
+        ),
+        (
+            {"features": "gpu_doubt=h100-sxm"},
+            "lab.csv:3: features: gpu_doubt=h100-sxm names the row's own GPU: name the one its figures match",
+        ),
+        (
             {"dataset": "random-range-1.5"},
             "lab.csv:3: dataset: 'random-range-1.5': write random-range-R with R in [0, 1]",
         ),
@@ -176,3 +184,11 @@ def test_a_seeded_row_may_name_the_runs_its_server_served_before(tmp_path):
     warm = {**GOOD, "dataset": "sglang-random-8000-1000", "features": "earlier_runs=1000-1000/10+8000-1000/80"}
     (row,) = load_corpus_file(write(tmp_path, "lab.csv", [warm]))
     assert row.earlier_runs == ((1000, 1000, 10), (8000, 1000, 80)) and row.features == frozenset()
+
+
+def test_a_row_may_name_the_gpu_its_figures_match_instead_of_its_sources(tmp_path):
+    doubted = {**GOOD, "features": "eager;gpu_doubt=H100-PCIe"}
+    (row,) = load_corpus_file(write(tmp_path, "lab.csv", [doubted]))
+    assert row.gpu_doubt == "H100-PCIe" and row.gpu == "H100-SXM" and row.features == frozenset({"eager"})
+    (plain,) = load_corpus_file(write(tmp_path, "lab.csv", [GOOD]))
+    assert plain.gpu_doubt is None

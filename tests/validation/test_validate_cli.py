@@ -188,3 +188,60 @@ def test_a_corpus_with_no_row_to_simulate_says_so_without_empty_lists(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 rows from 1 publishers (lab); 0 simulated, 1 not simulated, 0 failed.\n" in result.output
     assert "Simulated: engines" not in result.output
+
+
+def test_hardware_runs_every_row_on_another_gpu_and_is_refused_where_it_cannot_apply(tmp_path):
+    runner = CliRunner()
+    folder, out = corpus(tmp_path), tmp_path / "out"
+    args = ["validate", str(folder), "--rows", "lab-a", "--rows", "lab-b", "--jobs", "1", "--quiet"]
+    result = runner.invoke(main, [*args, "--out", str(out), "--hardware", "h100-pcie"])
+    assert result.exit_code == 0, result.output
+    assert "Every row simulated on H100-PCIe (--hardware), not on the GPU its source names." in result.output
+    assert (
+        "| vLLM | H100-PCIe | 2 |" in result.output and "H100-SXM" not in result.output.split("per engine and GPU")[1]
+    )
+    unknown = runner.invoke(main, [*args, "--out", str(tmp_path / "o2"), "--hardware", "H101"])
+    assert unknown.exit_code == 2 and len(unknown.output.strip().splitlines()) == 1
+    assert "--hardware: GPU:" in unknown.output and "H101" in unknown.output
+    fitted = runner.invoke(main, [*args, "--fit", "--hardware", "H100-PCIe"])
+    assert fitted.exit_code == 2 and "--hardware is a what-if" in fitted.output
+
+
+def test_a_gpu_in_doubt_must_name_a_known_gpu(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write(folder, "lab.csv", [{**SMALL, "features": "gpu_doubt=H100-PCI"}])
+    result = CliRunner().invoke(main, ["validate", str(folder), "--out", str(tmp_path / "o"), "--quiet"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "clustersim: error: lab.csv:3: features: gpu_doubt=H100-PCI: no hardware profile of that name "
+        "(clustersim profiles lists them)"
+    )
+
+
+def test_a_row_whose_gpu_is_in_doubt_is_predicted_by_every_fit_but_fitted_by_none(tmp_path, monkeypatch):
+    folder, out = tmp_path / "corpus", tmp_path / "out"
+    folder.mkdir()
+    doubted = {**SMALL, "id": "lab-b", "prompt_tokens": "1024", "features": "gpu_doubt=H100-PCIe"}
+    write(folder, "lab.csv", [SMALL, doubted])
+    write(
+        folder,
+        "other.csv",
+        [
+            {**SMALL, "id": "other-a", "publisher": "other", "output_tokens": "64"},
+            {**SMALL, "id": "other-b", "publisher": "other", "features": "gpu_doubt=H100-PCIe"},
+        ],
+    )
+    write(folder, "third.csv", [{**SMALL, "id": "third-a", "publisher": "third", "features": "gpu_doubt=H100-PCIe"}])
+    fitted = []
+    real_fit = crossval.fit
+    monkeypatch.setattr(crossval, "fit", lambda ev, *rest: fitted.append([r.row.row_id for r in ev.rows])
+                        or real_fit(ev, *rest))  # fmt: skip
+    args = ["validate", str(folder), "--fit", "--out", str(out), "--jobs", "1", "--quiet", "--iterations", "1",
+            "--fold-iterations", "1"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    # all rows, without lab, without other; a publisher whose rows are all in doubt has no fold of its own
+    assert fitted == [["lab-a", "other-a"], ["other-a"], ["lab-a"]]
+    table = pq.read_table(out / "cross-validated" / "comparisons.parquet").to_pylist()
+    assert {r["row_id"] for r in table} == {"lab-a", "lab-b", "other-a", "other-b", "third-a"}  # every row predicted
