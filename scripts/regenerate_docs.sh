@@ -26,6 +26,11 @@ fi
 # the rows added to the corpus since that fit, predicted with the profiles as they are (until a refit takes them in)
 clustersim validate --rows gpustack --rows semianalysis --rows gh-simon-mo --rows 'lmsys-cookbook-gptoss*' --quiet \
   --out "$out/unseen" --doc 'docs/validation.md#unseen'
+# the rows whose GPU is in doubt (gpu_doubt), on the GPU their figures match and on the one their source names
+clustersim validate --rows 'gpustack-qwen3-14b*h100*' --rows 'gpustack-qwen3-32b*h100*' --hardware H100-PCIe --quiet \
+  --out "$out/doubt" --doc 'docs/validation.md#gpu-doubt'
+clustersim validate --rows 'gpustack-qwen3-14b*h100*' --rows 'gpustack-qwen3-32b*h100*' --quiet \
+  --out "$out/doubt-as-named" --doc 'docs/validation.md#gpu-doubt-sxm'
 
 # README and docs/sweeps.md: the capacity question (the second run reuses every run of the first)
 clustersim plan chat-60rps --out "$out/plan" --doc README.md#plan
