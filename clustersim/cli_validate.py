@@ -233,7 +233,10 @@ def _fit(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, corpus
         for name, outcomes in (("cross-validated", result.cross_validated), ("in-sample", result.in_sample)):
             (folder / name).mkdir(exist_ok=True)
             write_tables([*outcomes, *result.skipped], folder / name)
-    summary = corpus_summary([*result.in_sample, *result.skipped])
+    summary = corpus_summary([*result.in_sample, *result.doubted, *result.skipped])
+    if result.doubted:
+        summary += (f" {len(result.doubted)} of the simulated rows name a GPU their figures contradict (gpu_doubt):"
+                    " scored as published, fitted by no fit.")  # fmt: skip
     click.echo(summary)
     params = fit_table(result.params, result.values, result.num_rows)
     click.echo("\nfitted scales (all rows):\n" + params)

@@ -54,10 +54,11 @@ class CorpusFit:
     params: list[FitParam]
     values: list[float]  # natural units (scales)
     num_rows: dict[str, int]  # rows touching each parameter (by label)
-    in_sample: list[RowOutcome]
-    cross_validated: list[RowOutcome]
+    in_sample: list[RowOutcome]  # the rows fitted to, by the all-rows fit
+    cross_validated: list[RowOutcome]  # every simulated row (those whose GPU is in doubt too), by its fold
     skipped: list[RowOutcome]
     folds: dict[str, FitOutcome] = field(default_factory=dict)  # each publisher's fold: how it ended
+    doubted: list[RowOutcome] = field(default_factory=list)  # rows whose GPU is in doubt, by the all-rows fit
 
 
 def _touched(param: FitParam, rows: Sequence[FitRow]) -> bool:
@@ -95,7 +96,8 @@ def fit_corpus(
     With ``start_from`` (another run's ``checkpoints``), each fit starts where the same fit there ended:
     the all-rows fit at its values, each fold at the values the earlier fold without the same publisher
     reached for the parameters the left-out rows touch (:func:`_reset`), never at values fitted to them.
-    Rows whose GPU is in doubt (``gpu_doubt``) are predicted with the others but no fit uses them."""
+    Rows whose GPU is in doubt (``gpu_doubt``) are predicted by their publisher's fold with the others, but
+    no fit uses them: the in-sample outcomes leave them out (``doubted`` has them, by the all-rows fit)."""
     say = on_progress or (lambda _: None)
     built = [row_scenario(r, catalogue) for r in rows]
     skipped = [RowOutcome(b.row, "skipped", b.skip_reason or "", {}, {}) for b in built if b.mapping is None]
@@ -149,8 +151,9 @@ def fit_corpus(
         shutil.rmtree(scratch, ignore_errors=True)
     counts = {p.label: sum(p.touches_row(r) for r in frows) for p in params}
     values = [natural(p, x) for p, x in zip(params, x_all, strict=True)]
-    return CorpusFit(params, values, counts, _outcomes(scored, in_sample), _outcomes(scored, held_out), skipped,
-                     folds)  # fmt: skip
+    doubted = _outcomes([r for r in scored if r.row.gpu_doubt is not None], in_sample)
+    return CorpusFit(params, values, counts, _outcomes(frows, in_sample), _outcomes(scored, held_out), skipped,
+                     folds, doubted)  # fmt: skip
 
 
 def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow],

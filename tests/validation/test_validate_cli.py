@@ -245,3 +245,7 @@ def test_a_row_whose_gpu_is_in_doubt_is_predicted_by_every_fit_but_fitted_by_non
     assert fitted == [["lab-a", "other-a"], ["other-a"], ["lab-a"]]
     table = pq.read_table(out / "cross-validated" / "comparisons.parquet").to_pylist()
     assert {r["row_id"] for r in table} == {"lab-a", "lab-b", "other-a", "other-b", "third-a"}  # every row predicted
+    in_sample = pq.read_table(out / "in-sample" / "comparisons.parquet").to_pylist()
+    assert {r["row_id"] for r in in_sample} == {"lab-a", "other-a"}  # in-sample: the rows fitted to
+    assert "5 rows from 3 publishers" in result.output
+    assert "3 of the simulated rows name a GPU their figures contradict (gpu_doubt)" in result.output
