@@ -162,8 +162,8 @@ def validate_command(
         catalogue = Catalogue(profiles_dir) if profiles_dir is not None else Catalogue.builtin()
         _check_doubts(rows, catalogue)
         if hardware is not None:
-            name = catalogue.hardware(hardware, source="--hardware", field_path="GPU").name
-            rows = tuple(replace(r, gpu=name) for r in rows)
+            hardware = catalogue.hardware(hardware, source="--hardware", field_path="GPU").name
+            rows = tuple(replace(r, gpu=hardware) for r in rows)
         for row in rows:  # latencies no GPU could produce: fitted to, they would mislead the fit
             if (why := infeasible_ttft(row, catalogue)) is not None:
                 hint = "feature prefix_cache_hits, or earlier_runs naming the runs that left them cached"
@@ -195,7 +195,7 @@ def _validate(rows: tuple[CorpusRow, ...], catalogue: Catalogue, folder: Path, j
                               on_row=lambda _row, status: bar.advance(failed=status == "failed"))  # fmt: skip
     summary = corpus_summary(outcomes)
     if hardware is not None:
-        summary += f"\n\nEvery row simulated on {rows[0].gpu} (--hardware), not on the GPU its source names."
+        summary += f"\n\nEvery row simulated on {hardware} (--hardware), not on the GPU its source names."
     click.echo(summary)
     heading = "mean absolute percentage error with the profiles as they are"
     by_engine, by_gpu, _rows = _report(outcomes, f"{heading} (in-sample for the rows their fit saw)")

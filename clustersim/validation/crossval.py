@@ -139,7 +139,7 @@ def fit_corpus(
                 fitted_held = [r for r in held if r.row.gpu_doubt is None]
                 fold_start = _reset(params, x_all, fitted_held, saved_values(start_from, f"without-{publisher}"))
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
-                x_fold = fold_start if fitted_held else x_all  # no fit saw rows that are all in doubt
+                x_fold = fold_start  # the all-rows fit's, where every held-out row is in doubt (none fitted)
                 if active and fitted_held:
                     iterations = fold_iterations or max_iterations
                     folds[publisher] = solve(f"without-{publisher}", train, fold_start, active, iterations,
