@@ -23,9 +23,6 @@ if [ "${1:-}" != "--skip-fit" ]; then
   cp "$out/corpus-fit/cross-validated/parity.png" docs/figures/validation-parity.png
   cp "$out/corpus-fit/fits/"*.json validation/fit/fits/
 fi
-# the rows added to the corpus since that fit, predicted with the profiles as they are (until a refit takes them in)
-clustersim validate --rows gpustack --rows semianalysis --rows gh-simon-mo --rows 'lmsys-cookbook-gptoss*' --quiet \
-  --out "$out/unseen" --doc 'docs/validation.md#unseen'
 # the rows whose GPU is in doubt (gpu_doubt), on the GPU their figures match and on the one their source names
 clustersim validate --rows 'gpustack-qwen3-14b*h100*' --rows 'gpustack-qwen3-32b*h100*' --hardware H100-PCIe --quiet \
   --out "$out/doubt" --doc 'docs/validation.md#gpu-doubt'
