@@ -71,6 +71,9 @@ class ModelShape:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     loaded_weight_bytes: float = 0.0  # the published checkpoint as engines load it (0: parameters x precision)
+    sliding_window_tokens: int = 0  # keys a sliding-window layer attends to (0: no such layer)
+    num_sliding_window_layers: int = 0
+    sliding_window_kv_share: float = 1.0  # KV a window layer keeps per context token (EngineProfile), of a full one's
 
     @classmethod
     def from_profile(
@@ -127,6 +130,8 @@ class ModelShape:
             qk_rope_head_dim=opt("qk_rope_head_dim"),
             v_head_dim=opt("v_head_dim"),
             loaded_weight_bytes=loaded.value if (loaded := profile.loaded_weight_bytes) and weights == native else 0.0,
+            sliding_window_tokens=opt("sliding_window_tokens"),
+            num_sliding_window_layers=opt("num_sliding_window_layers"),
         )
 
     def with_precision(self, weights: Precision | None, kv_cache: Precision | None) -> ModelShape:
@@ -273,7 +278,33 @@ class ModelShape:
 
     def kv_bytes_per_token(self) -> float:
         """KV-cache bytes one token occupies over all layers on one model copy."""
-        return self.num_layers * self.kv_cache_elements_per_token_per_layer * self.kv_bytes_per_element
+        return self.kv_layers * self.kv_cache_elements_per_token_per_layer * self.kv_bytes_per_element
+
+    @property
+    def kv_layers(self) -> float:
+        """Layers whose KV cache grows with every token: the full-attention layers, and the sliding-window
+        layers at the engine's ``sliding_window_kv_share`` (1: kept whole, as the model's other layers)."""
+        sliding = self.num_sliding_window_layers
+        return self.num_layers - sliding * (1.0 - self.sliding_window_kv_share)
+
+    def with_sliding_window_kv_share(self, share: float) -> ModelShape:
+        """The model as an engine that keeps ``share`` of a window layer's KV per token stores it."""
+        return replace(self, sliding_window_kv_share=share) if self.num_sliding_window_layers else self
+
+    def decode_attended_tokens(self, num_seqs: int, context_tokens: float) -> float:
+        """Keys the decode queries of ``num_seqs`` sequences attend to, per layer on average over the
+        layers: their whole ``context_tokens`` in a full-attention layer, the window in a sliding-window one.
+
+        A sequence is charged the whole window in every window layer, even one whose context is not yet
+        that long (a few tokens of the first steps of a short prompt): the step path and the closed-form
+        decode path (:meth:`clustersim.cost.roofline.RooflineCostModel.decode_step_shape`) both need a
+        cost affine in the summed context, and one rule for both keeps their results equal.
+        """
+        sliding = self.num_sliding_window_layers
+        if not sliding:
+            return context_tokens
+        full = self.num_layers - sliding
+        return (full * context_tokens + sliding * num_seqs * self.sliding_window_tokens) / self.num_layers
 
     def kv_heads_per_gpu(self, tensor_parallel: int) -> float:
         """KV heads each GPU stores: sharded, or replicated when there are fewer heads than GPUs."""
@@ -344,6 +375,7 @@ class EngineSpec:
     frontend_per_prompt_token_s: float = 0.0
     frontend_per_output_token_s: float = 0.0
     frontend_latency_s: float = 0.0  # a request's passage through it beyond its work (EngineProfile)
+    sliding_window_kv_share: float = 1.0  # KV a sliding-window layer keeps per token (EngineProfile)
 
     @classmethod
     def from_profile(cls, engine: EngineProfile) -> EngineSpec:
@@ -374,6 +406,7 @@ class EngineSpec:
             frontend_per_prompt_token_s=opt(engine.frontend_per_prompt_token_s),
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
             frontend_latency_s=opt(engine.frontend_fitted_latency_s),
+            sliding_window_kv_share=opt(share) if (share := engine.sliding_window_kv_share) is not None else 1.0,
         )
 
 
@@ -577,7 +610,7 @@ def kv_bytes_per_token_per_gpu(model: ModelShape, tensor_parallel: int, pipeline
     Standard attention shards KV heads over TP (replicating them when there are fewer heads than
     GPUs); MLA's compressed latent is replicated on every GPU of the group.
     """
-    layers = model.layers_per_stage(pipeline_parallel)
+    layers = model.layers_per_stage(pipeline_parallel) * model.kv_layers / model.num_layers
     if model.is_mla:
         return layers * model.kv_cache_elements_per_token_per_layer * model.kv_bytes_per_element
     return 2.0 * layers * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element

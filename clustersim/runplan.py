@@ -305,6 +305,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     except ValueError as e:
         raise ConfigError(source, f"{where_from}.weight_scaling", str(e).removeprefix("weight_scaling: ")) from None
     gpu = GpuSpec.from_profiles(hardware, engine, scenario.cluster.engine_version)
+    model = model.with_sliding_window_kv_share(gpu.engine.sliding_window_kv_share)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly, nothing compiled

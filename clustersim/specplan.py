@@ -37,14 +37,17 @@ def proposer(config: Speculative, target: ModelShape, tp: int, pp: int, catalogu
     if config.kind == "ngram":
         return Proposer()
     if config.kind == "eagle":
-        head = dataclasses.replace(target, name=f"{target.name} EAGLE head", num_layers=1, num_dense_layers=0)
+        # a full-attention layer (EAGLE heads attend to the whole context), with a full layer's KV
+        whole = dataclasses.replace(target, num_sliding_window_layers=0, sliding_window_tokens=0)
+        head = dataclasses.replace(whole, name=f"{target.name} EAGLE head", num_layers=1, num_dense_layers=0)
         return Proposer(
             weight_bytes_per_gpu(target, tp, pp) * pp / target.num_layers,
-            kv_bytes_per_token_per_gpu(target, tp, pp) * pp / target.num_layers,
+            kv_bytes_per_token_per_gpu(whole, tp, pp) * pp / target.num_layers,
             head,
         )
     assert config.draft_model is not None
     draft = ModelShape.from_profile(catalogue.model(config.draft_model, source, "speculative.draft_model"))
+    draft = draft.with_sliding_window_kv_share(target.sliding_window_kv_share)  # the same engine keeps both
     if draft.num_attention_heads % tp:
         raise ConfigError(
             source,

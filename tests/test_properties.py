@@ -41,7 +41,8 @@ requests_strategy = st.lists(
 def clusters(draw: st.DrawFn) -> dict[str, Any]:
     """One to three replicas (pipeline-parallel ones, micro-batches in flight, among them), or two
     groups of different GPUs (a heterogeneous cluster)."""
-    cluster: dict[str, Any] = {"hardware": "H100-SXM", "model": "Llama-3.1-8B"}
+    # gpt-oss-20b: sliding-window layers (their own decode cost and KV share) and mixture-of-experts layers
+    cluster: dict[str, Any] = {"hardware": "H100-SXM", "model": draw(st.sampled_from(["Llama-3.1-8B", "gpt-oss-20b"]))}
     if draw(st.booleans()):
         pp = draw(st.sampled_from([1, 1, 2, 4]))
         return {**cluster, "num_replicas": draw(st.integers(1, 3)), "pipeline_parallel": pp}
@@ -170,6 +171,16 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
+def with_draft_of_the_targets_family(raw: dict[str, Any]) -> dict[str, Any]:
+    """A drawn draft model is the target's own family (one tokenizer): Llama-3.1-8B for Llama, the target
+    itself for gpt-oss-20b (the smallest of its family)."""
+    spec = raw.get("speculative")
+    if spec is None or spec.get("draft_model") != "_target":
+        return raw
+    model = raw["cluster"]["model"]
+    return {**raw, "speculative": {**spec, "draft_model": "Llama-3.1-8B" if model.startswith("Llama") else model}}
+
+
 def acceptance_rates() -> st.SearchStrategy[Any]:
     """A fixed acceptance rate, or a beta distribution each request draws its own from."""
     beta = st.fixed_dictionaries(
@@ -193,7 +204,7 @@ def speculative(draw: st.DrawFn) -> dict[str, Any]:
     }
     if draw(st.booleans()):  # its own rate for the explicit tenant (the closed-loop users keep the default)
         drawn["tenant_acceptance_rates"] = {"t": draw(acceptance_rates())}
-    return {**drawn, "draft_model": "Llama-3.1-8B"} if kind == "draft_model" else drawn
+    return {**drawn, "draft_model": "_target"} if kind == "draft_model" else drawn
 
 
 @st.composite
@@ -415,7 +426,11 @@ def with_frontend_latency(raw: dict[str, Any], tmp: Path) -> dict[str, Any]:
 
 
 def run(raw: dict[str, Any], tmp: Path, fast_forward: bool) -> RunResult:
-    raw = with_faults(with_window(with_prefix_caching(with_disaggregation(with_frontend_latency(raw, tmp)))))
+    raw = with_faults(
+        with_window(
+            with_prefix_caching(with_draft_of_the_targets_family(with_disaggregation(with_frontend_latency(raw, tmp))))
+        )
+    )
     scenario = scenario_from_mapping({**raw, "simulation": {"fast_forward": fast_forward}}, "prop.yaml")
     with time_limit(RUN_LIMIT_S):
         return run_scenario(LoadedScenario(scenario, "prop.yaml", tmp), tmp / ("fast" if fast_forward else "step"))

@@ -23,7 +23,7 @@ WeightScaling = Literal["tensor", "block"]
 GpuFamily = Literal["ampere", "ada", "hopper", "blackwell", "cdna3", "cdna4"]
 
 # fields that may be zero (every other number of a profile must be positive)
-MAY_BE_ZERO = frozenset({"num_dense_layers", "num_shared_experts"})
+MAY_BE_ZERO = frozenset({"num_dense_layers", "num_shared_experts", "sliding_window_kv_share"})
 WEIGHT_BYTES_PER_PARAM = (2.0, 1.0, 0.5)  # bf16/fp16, fp8, fp4: architecture.BYTES_PER_ELEMENT
 # (c^p + m^p)^(1/p) lies between max(c, m) and c + m only for p >= 1 (the fit's own lower bound)
 AT_LEAST_ONE = {"roofline_blend_exponent": "at least 1 (1 adds compute and memory time; larger tends to their maximum)"}
@@ -146,6 +146,27 @@ class ModelProfile(_Physical):
     # bytes one copy's weights take in GPU memory as engines load the published checkpoint, where
     # parameters x weight_bytes_per_param misstate it (mixed-precision checkpoints, repacked kernels' layouts)
     loaded_weight_bytes: Cited[float] | None = None
+    # sliding-window attention: this many of the layers attend only to the last sliding_window_tokens keys
+    sliding_window_tokens: Cited[int] | None = None
+    num_sliding_window_layers: Cited[int] | None = None
+
+    @model_validator(mode="after")
+    def _sliding_window(self) -> ModelProfile:
+        window, layers = self.sliding_window_tokens, self.num_sliding_window_layers
+        if (window is None) != (layers is None):
+            raise ValueError("sliding_window_tokens and num_sliding_window_layers go together: give both or neither")
+        if window is not None and layers is not None:
+            if window.value < 1:
+                raise ValueError(f"sliding_window_tokens: {window.value} must be at least 1")
+            if not 0 < layers.value <= self.num_layers.value:
+                raise ValueError(
+                    f"num_sliding_window_layers: {layers.value} must be within 1..num_layers ({self.num_layers.value})"
+                )
+            if self.kv_lora_rank is not None:
+                raise ValueError(
+                    "num_sliding_window_layers: sliding windows of latent (MLA) attention are not modelled"
+                )
+        return self
 
     @model_validator(mode="after")
     def _stored_precision(self) -> ModelProfile:
@@ -290,6 +311,11 @@ class EngineProfile(_Physical):
     ``frontend_fitted_latency_s`` is the time a request spends passing the front end beyond its work, as
     the same fit finds it: latency, which occupies no server (the HTTP round trip, the hand-offs between
     the server's processes), so requests sent together pass it together.
+    ``sliding_window_kv_share``: the KV cache a sliding-window layer keeps per token of context, as a
+    share of a full-attention layer's (absent: 1, every token of every layer kept, as engines without a
+    hybrid allocator do): 0 where the engine frees the blocks that slid out of the window (vLLM V1's
+    hybrid KV cache manager), 0.8 where the window layers get a pool of 0.8 times the full layers' tokens
+    (SGLang's ``--swa-full-tokens-ratio``).
     ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
     the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -323,6 +349,7 @@ class EngineProfile(_Physical):
     frontend_fitted_latency_s: Cited[float] | None = None
     frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
+    sliding_window_kv_share: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None
@@ -333,6 +360,13 @@ class EngineProfile(_Physical):
         for precision, count in (cited.value if cited is not None else {}).items():
             if count < 0:
                 raise ValueError(f"{precision}: {count} kernels must be at least 0")
+        return cited
+
+    @field_validator("sliding_window_kv_share")
+    @classmethod
+    def _share(cls, cited: Cited[float] | None) -> Cited[float] | None:
+        if cited is not None and not 0.0 <= cited.value <= 1.0:
+            raise ValueError(f"{cited.value} must be within 0..1")
         return cited
 
     @field_validator("frontend_fitted_max_per_request_s")

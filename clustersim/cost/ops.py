@@ -176,10 +176,9 @@ def decode_attention_work(num_seqs: int, context_tokens: float, model: ModelShap
         kv_bytes = context_tokens * latent * model.kv_bytes_per_element
         qo_bytes = num_seqs * heads * (latent + model.kv_lora_rank) * act
         return Work(flops, kv_bytes + qo_bytes, 1)
-    flops = 4.0 * heads * model.head_dim * context_tokens
-    kv_bytes = (
-        context_tokens * 2 * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
-    )
+    keys = model.decode_attended_tokens(num_seqs, context_tokens)  # a window layer reads its window only
+    flops = 4.0 * heads * model.head_dim * keys
+    kv_bytes = keys * 2 * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
     qo_bytes = 2.0 * num_seqs * heads * model.head_dim * act
     return Work(flops, kv_bytes + qo_bytes, 1)
 
@@ -201,6 +200,9 @@ def prefill_attention_work(
     Bytes: the prior KV read, the new KV written, queries read and outputs written.
     ``flops_per_key`` weights each chunk by the keys it spans (``p + n``), the length its
     kernel efficiency depends on (:func:`clustersim.cost.roofline.prefill_attention_layer_time`).
+    A sliding-window layer of window ``w`` gives each query at most the last ``w`` keys and reads at most
+    ``w`` prior ones; a query tile there spans at most ``w`` plus its own 128 keys, which is its length;
+    the work is the mean over the model's layers (:func:`_layer_mean`).
     """
     heads = model.num_attention_heads / tensor_parallel
     act = model.activation_bytes_per_element
@@ -212,14 +214,37 @@ def prefill_attention_work(
         pair_flops = 4.0 * heads * model.head_dim
         kv_per_token = 2 * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
         qo_per_token = 2.0 * heads * model.head_dim * act
+    window = model.sliding_window_tokens if model.num_sliding_window_layers else 0
     flops = 0.0
     num_bytes = 0.0
     per_key = 0.0
     tiles = 0.0
     for n, p in zip(new_tokens, context_tokens, strict=True):
         chunk = pair_flops * n * (p + (n + 1) / 2.0)
+        chunk_bytes = (p + n) * kv_per_token + n * qo_per_token
+        chunk_per_key = chunk / (p + n)
+        if window:
+            windowed = pair_flops * (_keys_in_window(p + n, window) - _keys_in_window(p, window))
+            span = min(p + n, window + PREFILL_QUERY_TILE_TOKENS)
+            chunk = _layer_mean(model, chunk, windowed)
+            chunk_per_key = _layer_mean(model, chunk_per_key, windowed / span)
+            chunk_bytes = _layer_mean(model, chunk_bytes, (min(p, window) + n) * kv_per_token + n * qo_per_token)
         flops += chunk
-        per_key += chunk / (p + n)
-        num_bytes += (p + n) * kv_per_token + n * qo_per_token
+        per_key += chunk_per_key
+        num_bytes += chunk_bytes
         tiles += heads * -(-n // PREFILL_QUERY_TILE_TOKENS)
     return Work(flops, num_bytes, 1, per_key, tiles)
+
+
+def _keys_in_window(num_queries: int, window: int) -> float:
+    """Query-key pairs of the first ``num_queries`` positions when each attends to itself and the keys
+    before it, at most ``window`` in all: ``sum of min(q, window)`` over ``q = 1 .. num_queries``."""
+    if num_queries <= window:
+        return num_queries * (num_queries + 1) / 2.0
+    return window * (window + 1) / 2.0 + (num_queries - window) * window
+
+
+def _layer_mean(model: ModelShape, full: float, windowed: float) -> float:
+    """A per-layer quantity averaged over the model's full-attention and sliding-window layers."""
+    sliding = model.num_sliding_window_layers
+    return ((model.num_layers - sliding) * full + sliding * windowed) / model.num_layers
