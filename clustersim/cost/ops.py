@@ -176,7 +176,8 @@ def decode_attention_work(num_seqs: int, context_tokens: float, model: ModelShap
         kv_bytes = context_tokens * latent * model.kv_bytes_per_element
         qo_bytes = num_seqs * heads * (latent + model.kv_lora_rank) * act
         return Work(flops, kv_bytes + qo_bytes, 1)
-    keys = model.decode_attended_tokens(num_seqs, context_tokens)  # a window layer reads its window only
+    # a window layer reads its window only (the check first: this runs for every step)
+    keys = model.decode_attended_tokens(num_seqs, context_tokens) if model.num_sliding_window_layers else context_tokens
     flops = 4.0 * heads * model.head_dim * keys
     kv_bytes = keys * 2 * model.kv_heads_per_gpu(tensor_parallel) * model.head_dim * model.kv_bytes_per_element
     qo_bytes = 2.0 * num_seqs * heads * model.head_dim * act
