@@ -28,6 +28,12 @@ round trip and the hand-offs between the server's processes (vLLM's API server a
 tokenizer manager, scheduler and detokenizer, each a ZMQ hop), which many requests make at once. A
 request is handed to its replica that long after its parse ends, while the server starts on the next.
 
+When the tokens come faster than the server streams them (``per_output_token_s`` times their rate
+over 1), they queue, and reach their clients late (:mod:`clustersim.streamlag`): a request's first and
+last tokens are delivered that much after the engine made them, so its client-side TTFT, TPOT and
+end are later than its engine's, and a closed-loop user sends its next request when its last token
+arrives. While any streaming waits, it takes the capped share of the server, and parses slow to match.
+
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
 that a real server parses together (docs/validation.md). Deliveries are timers at arrival priority, so
@@ -36,10 +42,12 @@ they interleave with arrivals at one instant in scheduling order, in both modes 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
 from clustersim.clock import Clock
+from clustersim.streamlag import StreamLag
 from clustersim.workload.request import Request
 
 ARRIVAL_PRIORITY = 1  # SimPy's NORMAL: the priority arrivals have
@@ -71,45 +79,110 @@ class FrontEnd:
         # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
         self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
+        self._parse_left_s = 0.0  # the head's parse work not done by _parse_since_s
+        self._parse_since_s = 0.0
+        self._parse_ticket = 0  # which hand-over timer counts (a parse re-timed leaves its old one behind)
+        self._parse_ready_s = math.inf  # when the timer that counts fires
+        self._inflow = 0.0  # streaming work arriving a second since the last change
         self._in_passage: dict[int, Request] = {}  # parsed, on their way to the replica (latency_s)
-        self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
+        self._handed: set[int] = set()  # handed to the replica and not ended
+        self._streaming: dict[int, float] = {}  # of those, the ones that made their first token, and when
+        self.lag = StreamLag()  # the tokens made that the server has not yet streamed
         self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
         self._streaming_context_tokens = 0.0  # the streaming requests' mean contexts, summed
-        self._streaming_output_tokens = 0  # the streaming requests' output tokens, summed
         self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
         # before any completion: the tokens a second (num_seqs, context_tokens) would decode at its replica
         self.modelled_tokens_per_s: Callable[[int, float], float] | None = None
 
-    def streaming_share(self) -> float:
-        """The share of the server's time that streaming takes now (capped)."""
+    def streaming_rate(self) -> float:
+        """The tokens a second the requests streaming through this server make now (estimated)."""
         num = len(self._streaming)
         if self._num_rates or not num or self.modelled_tokens_per_s is None:
-            rate_tokens_per_s = num * self._tokens_per_s_per_request
-        else:
-            rate_tokens_per_s = self.modelled_tokens_per_s(num, self._streaming_context_tokens)
-        return min(self.per_output_token_s * rate_tokens_per_s, MAX_STREAMING_SHARE)
+            return num * self._tokens_per_s_per_request
+        return self.modelled_tokens_per_s(num, self._streaming_context_tokens)
+
+    def streaming_share(self) -> float:
+        """The share of the server's time that streaming takes now while it parses: all it may while
+        tokens wait to be streamed, else the work they bring (capped either way)."""
+        if self.lag.backlog_s(self.clock.now) > 0.0:
+            return MAX_STREAMING_SHARE
+        return min(self.per_output_token_s * self.streaming_rate(), MAX_STREAMING_SHARE)
 
     def parse_s(self, work_s: float) -> float:
-        """How long ``work_s`` of parsing takes from now: ``work / (1 - rho)``, but streaming takes no
-        more of it than the requests streaming now have tokens left to stream (at most all of theirs)."""
-        share = self.streaming_share()
-        if share == 0.0:
-            return work_s
-        return min(work_s / (1.0 - share), work_s + self.per_output_token_s * self._streaming_output_tokens)
+        """How long ``work_s`` of parsing takes from now, as the streaming is now: at the server's
+        share left while tokens wait to be streamed, then at what their arrival leaves."""
+        first_rate, first_span_s, then_rate = self._parse_rates(self.clock.now)
+        if work_s <= first_rate * first_span_s:
+            return work_s / first_rate
+        return first_span_s + (work_s - first_rate * first_span_s) / then_rate
 
-    def ended(self, request: Request) -> None:
-        """``request``, which passed this front end, has ended; if it completed, its token rate joins
-        the estimate of one request's."""
-        if request.request_id in self._streaming:
-            self._streaming.remove(request.request_id)
-            self._streaming_context_tokens -= _mean_context_tokens(request)
-            self._streaming_output_tokens -= request.output_tokens
-        first, finished = request.first_token_at_s, request.finished_at_s
-        if request.status != "completed" or request.output_tokens < 2 or not finished > first:  # NaN: unset
+    def _parse_rates(self, at_s: float) -> tuple[float, float, float]:
+        """From ``at_s`` while the rates stay as they are: the parse's share of the server for how long,
+        and its share after (the streaming waiting at ``at_s`` drained)."""
+        waiting_s, inflow = self.lag.backlog_s(at_s), self._inflow
+        after = 1.0 - min(inflow, MAX_STREAMING_SHARE)
+        if waiting_s == 0.0:
+            return after, 0.0, after
+        if inflow >= MAX_STREAMING_SHARE:
+            return 1.0 - MAX_STREAMING_SHARE, math.inf, after
+        return 1.0 - MAX_STREAMING_SHARE, waiting_s / (MAX_STREAMING_SHARE - inflow), after
+
+    def first_token(self, request: Request) -> None:
+        """``request``, handed to this server's replica, made its first token: it streams from now on."""
+        if request.request_id not in self._handed:
             return
-        rate = (request.output_tokens - 1) / (finished - first)
-        self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)
-        self._tokens_per_s_per_request += (rate - self._tokens_per_s_per_request) / self._num_rates
+        self._streaming[request.request_id] = self.clock.now
+        self._streaming_context_tokens += _mean_context_tokens(request)
+        self._restream()
+        if self.per_output_token_s > 0.0:  # the first token to stream, the rest at the rate it decodes
+            self._add_streaming(self.per_output_token_s)
+
+    def ended(self, request: Request) -> float:
+        """``request``, which passed this front end, has ended at its engine; if it completed, its token
+        rate joins the estimate of one request's, and its first and last tokens' times become the
+        times they reach its client. Returns how much later than now its last token does."""
+        first, finished = request.first_token_at_s, request.finished_at_s
+        late_s = 0.0
+        if request.status == "completed" and self.per_output_token_s > 0.0:  # each token its own work too
+            late_s = self.lag.lag_s(finished, self.per_output_token_s)
+            request.first_token_at_s = min(first + self.lag.lag_s(first), finished + late_s)
+            request.finished_at_s = finished + late_s
+        self._handed.discard(request.request_id)
+        if self._streaming.pop(request.request_id, None) is not None:
+            self._streaming_context_tokens -= _mean_context_tokens(request)
+        if request.status == "completed" and request.output_tokens >= 2 and finished > first:  # NaN: unset
+            rate = (request.output_tokens - 1) / (finished - first)  # at its engine
+            self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)
+            self._tokens_per_s_per_request += (rate - self._tokens_per_s_per_request) / self._num_rates
+        self._restream()
+        self.lag.forget_before(next(iter(self._streaming.values()), self.clock.now))
+        return late_s
+
+    def _restream(self) -> None:
+        """The streaming's rates from now on, as the requests streaming and the parsing are now; a parse
+        in progress is re-timed to them."""
+        if self.per_output_token_s == 0.0:
+            return
+        now = self.clock.now
+        if self._parsing:  # the work done since the last change, at the rates until now
+            first_rate, first_span_s, then_rate = self._parse_rates(self._parse_since_s)
+            span_s = now - self._parse_since_s
+            done_s = first_rate * min(span_s, first_span_s) + then_rate * max(0.0, span_s - first_span_s)
+            self._parse_left_s = max(0.0, self._parse_left_s - done_s)
+            self._parse_since_s = now
+        self._inflow = self.per_output_token_s * self.streaming_rate()
+        self.lag.change(now, self._inflow, MAX_STREAMING_SHARE if self._parsing else 1.0)
+        if self._parsing:
+            self._time_the_parse()
+
+    def _add_streaming(self, work_s: float) -> None:
+        """``work_s`` of streaming arrives at once: a parse in progress is re-timed to it."""
+        now = self.clock.now
+        if self._parsing:
+            self._restream()  # the parse's work done until now, at the streaming before this
+        self.lag.add(now, work_s)
+        if self._parsing:
+            self._time_the_parse()
 
     @property
     def num_passing(self) -> int:
@@ -129,23 +202,42 @@ class FrontEnd:
             self._start()
 
     def _start(self) -> None:
-        """Start parsing the request at the head of the queue, at the streaming share of now."""
+        """Start parsing the request at the head of the queue."""
         request = self._waiting[0][0]
         self._parsing = True
-        now = self.clock.now
         work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
-        ready_s = now + self.parse_s(work_s)
         self.busy_s += work_s + self.per_output_token_s * request.output_tokens
+        self._parse_left_s, self._parse_since_s = work_s, self.clock.now
+        if self.per_output_token_s > 0.0:
+            self.lag.change(self.clock.now, self._inflow, MAX_STREAMING_SHARE)  # streaming shares the server
+        self._time_the_parse()
+
+    def _time_the_parse(self) -> None:
+        """(Re)set the hand-over of the parse in progress to when its work left is done."""
+        now = self.clock.now
+        ready_s = now + self.parse_s(self._parse_left_s) if self.per_output_token_s > 0.0 else now + self._parse_left_s
+        if ready_s == self._parse_ready_s:
+            return
+        self._parse_ticket += 1
+        self._parse_ready_s = ready_s
         if ready_s == now:
             self._hand_over()
             return
-        self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._hand_over())
+        ticket = self._parse_ticket
+        self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._parsed(ticket))
+
+    def _parsed(self, ticket: int) -> None:
+        if ticket == self._parse_ticket:  # not re-timed since
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """The head request is parsed: deliver it (after its passage's latency), then start on the next one
         waiting."""
         request, deliver, arrived_s = self._waiting.popleft()
         self._parsing = False
+        self._parse_ready_s = math.inf
+        if self.per_output_token_s > 0.0:
+            self.lag.change(self.clock.now, self._inflow, 1.0)  # streaming has the server to itself
         if self.latency_s > 0.0:
             self._in_passage[request.request_id] = request
             self.clock.timer_at(self.clock.now + self.latency_s, ARRIVAL_PRIORITY).callbacks.append(
@@ -162,9 +254,7 @@ class FrontEnd:
         self.num_delivered += 1
         self.delay_s += delay_s
         self.max_delay_s = max(self.max_delay_s, delay_s)
-        self._streaming.add(request.request_id)
-        self._streaming_context_tokens += _mean_context_tokens(request)
-        self._streaming_output_tokens += request.output_tokens
+        self._handed.add(request.request_id)
         deliver(request)  # may submit another request (a closed-loop user whose request was rejected)
 
     def close(self) -> list[Request]:
