@@ -348,9 +348,7 @@ def test_a_burst_queues_behind_the_streaming_of_the_requests_before_it(run_mappi
         assert all(r["finished_at_s"] - r["first_token_at_s"] > 399 * 0.005 for r in rows)
 
 
-def test_a_request_whose_last_token_is_on_its_way_at_the_horizon_is_recorded_with_its_arrival(
-    run_mapping, tmp_path
-):
+def test_a_request_whose_last_token_is_on_its_way_at_the_horizon_is_recorded_with_its_arrival(run_mapping, tmp_path):
     """The engine makes request 0's 1,000 tokens by ~6.5 s; the server streams its last at ~10 s: a
     horizon at 8 s finds it done at its engine, its last token due at its client at ~10 s. It is
     recorded once, completed (every token made), with the time its last token arrives."""

@@ -137,9 +137,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: (
-        str  # compute | memory | latency | moe | comm | comm_latency | eager | block | weight_only | frontend[_...]
-    )
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | weight_only | frontend[_...]
     family: str | None = None
     max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
