@@ -6,33 +6,32 @@ core (its tokenizer is a single-thread executor, vLLM issue #25301: Hugging Face
 not thread-safe, vLLM PR #34789). Requests are parsed one at a time, first come first served: the
 server starts on the next waiting request when it hands one over, and a parse's work is
 ``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt (tokenizing it). The
-streaming runs in the same process, interleaved with that work (an asyncio event loop), so it is a
-load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
-to streaming, a parse takes ``work / (1 - rho)``, ``rho`` taken when the parse starts (so a request
-waiting behind others is parsed at the load of its turn, not of its arrival), and streaming takes
-no more of the parse than the requests streaming then have tokens to stream. ``rho`` is
-``per_output_token_s`` times the token rate the server is streaming: the requests it handed to its
-replica that have not ended yet, each at the token rate one request streams, estimated from the ones
-that completed (``(output tokens - 1) / (finish - first token)``, averaged over the first
-:data:`RATE_SAMPLES` and then weighing each new one by ``1 / RATE_SAMPLES``), capped at
-``MAX_STREAMING_SHARE``. Before the first completion, the rate is the replica's modelled decode rate
-for those requests (``modelled_tokens_per_s``: their number, at most the engine's batch, over one
-pure-decode step's time at their mean contexts): a burst sent at once is throttled by the streaming
-of its first requests from the start, as a real server's is, rather than parsed at full speed for a
-request's whole life. Requests are handed over and end at the same instants in both simulation
-modes, and the modelled rate is a function of the requests handed over, so the estimate is the same
-in both.
+streaming runs in the same process, interleaved with that work (an asyncio event loop), so the two
+share the server: while it parses, streaming takes a share ``rho`` of its time and the parse the rest,
+``rho`` the work the streamed tokens bring a second (``per_output_token_s`` times their rate), capped
+at ``MAX_STREAMING_SHARE``, or that cap while tokens wait to be streamed. A parse in progress is
+re-timed whenever ``rho`` changes (a request's first token, a request's end, the start of a parse), so
+a request waiting behind others is parsed at the loads of its turn, not of its arrival. The token
+rate is that of the requests it handed to its replica that have made their first token and not ended,
+each at the token rate one request makes, estimated from the ones that completed (``(output tokens -
+1) / (finish - first token)`` at the engine, averaged over the first :data:`RATE_SAMPLES` and then
+weighing each new one by ``1 / RATE_SAMPLES``). Before the first completion, the rate is the
+replica's modelled decode rate for those requests (``modelled_tokens_per_s``: their number, at most
+the engine's batch, over one pure-decode step's time at their mean contexts): a burst sent at once
+is throttled by the streaming of its first requests from the start, as a real server's is. Requests
+are handed over, make their first tokens and end at the same instants in both simulation modes, and
+the modelled rate is a function of the requests streaming, so the estimate is the same in both.
+
+When the tokens come faster than the server streams them, they queue, first come first served, and
+reach their clients late (:mod:`clustersim.streamlag`): a request's first token arrives after the
+work waiting when it was made (its own included) and its last after the work waiting then (at least
+its own), so its client-side TTFT, TPOT and end include the wait, and a closed-loop user sends its
+next request when its last token arrives; the engine's steps and inter-token gaps do not.
 
 Beyond its work, a request may spend ``latency_s`` in passage that occupies no server: the HTTP
 round trip and the hand-offs between the server's processes (vLLM's API server and engine core, SGLang's
 tokenizer manager, scheduler and detokenizer, each a ZMQ hop), which many requests make at once. A
 request is handed to its replica that long after its parse ends, while the server starts on the next.
-
-When the tokens come faster than the server streams them (``per_output_token_s`` times their rate
-over 1), they queue, and reach their clients late (:mod:`clustersim.streamlag`): a request's first and
-last tokens are delivered that much after the engine made them, so its client-side TTFT, TPOT and
-end are later than its engine's, and a closed-loop user sends its next request when its last token
-arrives. While any streaming waits, it takes the capped share of the server, and parses slow to match.
 
 Charging each request's streaming work in one piece when it is parsed would instead hold every
 request behind the streaming of those before it, spreading apart a wave of requests sent together
