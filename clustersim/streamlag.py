@@ -35,11 +35,15 @@ class StreamLag:
         self._inflows: list[float] = [0.0]  # seconds of streaming work arriving per second
         self._drains: list[float] = [1.0]  # seconds of streaming work done per second (while any waits)
         self._first = 0  # index of the oldest piece kept
+        self._drain_now = 1.0  # the rate work is done at now (a piece keeps an older one while nothing waits)
 
     def change(self, now_s: float, inflow: float, drain: float) -> None:
         """From ``now_s`` on, work arrives at ``inflow`` and is done at ``drain`` a second."""
-        if inflow == self._inflows[-1] and drain == self._drains[-1]:
-            return
+        self._drain_now = drain
+        last_inflow, last_drain = self._inflows[-1], self._drains[-1]
+        if inflow == last_inflow and (drain == last_drain or inflow <= min(drain, last_drain)):
+            if drain == last_drain or self.backlog_s(now_s) == 0.0:
+                return  # nothing waits nor will: the rate it would be done at changes no answer
         backlog_s = self.backlog_s(now_s)
         if now_s == self._starts_s[-1]:  # a second change at one instant replaces the piece begun there
             self._backlogs_s[-1], self._inflows[-1], self._drains[-1] = backlog_s, inflow, drain
@@ -53,12 +57,12 @@ class StreamLag:
         """``work_s`` more of streaming work arrives at once at ``now_s`` (a request's first token)."""
         backlog_s = self.backlog_s(now_s) + work_s
         if now_s == self._starts_s[-1]:
-            self._backlogs_s[-1] = backlog_s
+            self._backlogs_s[-1], self._drains[-1] = backlog_s, self._drain_now
             return
         self._starts_s.append(now_s)
         self._backlogs_s.append(backlog_s)
         self._inflows.append(self._inflows[-1])
-        self._drains.append(self._drains[-1])
+        self._drains.append(self._drain_now)
 
     def backlog_s(self, at_s: float) -> float:
         """The streaming work waiting at ``at_s`` (at or after the oldest piece kept)."""
@@ -67,11 +71,11 @@ class StreamLag:
 
     def lag_s(self, at_s: float, own_work_s: float = 0.0) -> float:
         """How much later than ``at_s`` a token made at ``at_s`` reaches its client: the work waiting
-        then (which, fluid, holds its own), but at least ``own_work_s`` (its own when nothing waits), at
-        the rate the work is done then."""
+        then (which, fluid, holds its own) at the rate it is done then, but at least ``own_work_s`` (its
+        own, when nothing waits)."""
         k = self._piece(at_s)
         backlog = self._backlogs_s[k] + (self._inflows[k] - self._drains[k]) * (at_s - self._starts_s[k])
-        return max(backlog, own_work_s, 0.0) / self._drains[k]
+        return max(backlog / self._drains[k], own_work_s)
 
     def forget_before(self, at_s: float) -> None:
         """No later question asks of a time before ``at_s``: let the pieces that ended by then go."""
