@@ -75,6 +75,9 @@ class FrontEnd:
         self.num_delivered = 0  # handed to the replica
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over the requests delivered
         self.max_delay_s = 0.0
+        self.num_streamed = 0  # completed requests whose tokens it streamed
+        self.late_s = 0.0  # how late their last tokens reached their clients, summed
+        self.max_late_s = 0.0
         # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
         self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
@@ -146,6 +149,9 @@ class FrontEnd:
             late_s = self.lag.lag_s(finished, self.per_output_token_s)
             request.first_token_at_s = min(first + self.lag.lag_s(first), finished + late_s)
             request.finished_at_s = finished + late_s
+            self.num_streamed += 1
+            self.late_s += late_s
+            self.max_late_s = max(self.max_late_s, late_s)
         self._handed.discard(request.request_id)
         if self._streaming.pop(request.request_id, None) is not None:
             self._streaming_context_tokens -= _mean_context_tokens(request)
@@ -267,9 +273,11 @@ def _mean_context_tokens(request: Request) -> float:
 
 
 def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, float | int]:
-    """The summary's ``frontend`` block: how busy the API servers were and how long requests spent there."""
+    """The summary's ``frontend`` block: how busy the API servers were, how long requests spent there, and
+    how late their last tokens reached their clients after their engines made them."""
     num = sum(f.num_requests for f in frontends)
     delivered = sum(f.num_delivered for f in frontends)
+    streamed = sum(f.num_streamed for f in frontends)
     busy = [f.busy_s / span_s for f in frontends] if span_s > 0 else [0.0]
     return {
         "num_requests": num,
@@ -277,4 +285,6 @@ def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, floa
         "max_busy_frac": max(busy),
         "mean_delay_s": sum(f.delay_s for f in frontends) / delivered if delivered else 0.0,
         "max_delay_s": max(f.max_delay_s for f in frontends),
+        "mean_stream_lag_s": sum(f.late_s for f in frontends) / streamed if streamed else 0.0,
+        "max_stream_lag_s": max(f.max_late_s for f in frontends),
     }

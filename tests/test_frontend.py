@@ -314,7 +314,12 @@ def test_tokens_made_faster_than_the_server_streams_them_reach_the_client_late(r
     mapping = lone_requests(slow_streamer(tmp_path, 0.01), [1000, 1000, 20])
     engine_rows = read_requests(run_mapping(lone_requests(slow_streamer(tmp_path, 0.0), [1000, 1000, 20])))
     for fast in (True, False):
-        rows = read_requests(run_mapping({**mapping, "simulation": {"fast_forward": fast}}))
+        run = run_mapping({**mapping, "simulation": {"fast_forward": fast}})
+        rows = read_requests(run)
+        lags = [row["finished_at_s"] - engine["finished_at_s"] for row, engine in zip(rows, engine_rows, strict=True)]
+        front = run.summary["frontend"]
+        assert front["max_stream_lag_s"] == pytest.approx(max(lags)) and max(lags) > 3.0
+        assert front["mean_stream_lag_s"] == pytest.approx(sum(lags) / 3)
         for row, engine in zip(rows, engine_rows, strict=True):
             # the first token waits only for its own streaming: nothing is ahead of it
             assert row["first_token_at_s"] == pytest.approx(engine["first_token_at_s"] + 0.01, abs=1e-9)
