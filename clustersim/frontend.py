@@ -131,8 +131,8 @@ class FrontEnd:
 
     def first_token(self, request: Request) -> None:
         """``request``, handed to this server's replica, made its first token: it streams from now on."""
-        if request.request_id not in self._handed:
-            return
+        if request.request_id not in self._handed or request.request_id in self._streaming:
+            return  # not through here, or made again after its replica failed: it streams already
         self._streaming[request.request_id] = self.clock.now
         self._streaming_context_tokens += _mean_context_tokens(request)
         self._restream()
