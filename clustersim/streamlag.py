@@ -41,9 +41,9 @@ class StreamLag:
         """From ``now_s`` on, work arrives at ``inflow`` and is done at ``drain`` a second."""
         self._drain_now = drain
         last_inflow, last_drain = self._inflows[-1], self._drains[-1]
-        if inflow == last_inflow and (drain == last_drain or inflow <= min(drain, last_drain)):
-            if drain == last_drain or self.backlog_s(now_s) == 0.0:
-                return  # nothing waits nor will: the rate it would be done at changes no answer
+        same = inflow == last_inflow and (drain == last_drain or inflow <= min(drain, last_drain))
+        if same and (drain == last_drain or self.backlog_s(now_s) == 0.0):
+            return  # nothing waits nor will: the rate it would be done at changes no answer
         backlog_s = self.backlog_s(now_s)
         if now_s == self._starts_s[-1]:  # a second change at one instant replaces the piece begun there
             self._backlogs_s[-1], self._inflows[-1], self._drains[-1] = backlog_s, inflow, drain
