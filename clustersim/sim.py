@@ -208,15 +208,19 @@ def simulate(
     lifecycle: Lifecycle | None = None
 
     passed: dict[int, FrontEnd] = {}  # the front end each request in flight passed, by request id
-    streaming: dict[int, Request] = {}  # ended at their engines, their last tokens not yet at their clients
+    # ended at their engines, their last tokens not yet at clients that wait for them (a request nobody
+    # waits for is recorded when it ends, its times already the client's: no event for its delivery)
+    streaming: dict[int, Request] = {}
+    delivered_until_s = [0.0]  # when the last of those recorded at once reaches its client
 
     def on_final(request: Request) -> None:
         front = passed.pop(request.request_id, None)
         late_s = front.ended(request) if front is not None else 0.0  # its tokens' times become the client's
-        if late_s > 0.0:
+        if late_s > 0.0 and completions.awaited(request):  # a user sends its next one when the last token is in
             streaming[request.request_id] = request
             clock.timer_at(clock.now + late_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: reached(request))
         else:
+            delivered_until_s[0] = max(delivered_until_s[0], clock.now + late_s)
             reached(request)
         if lifecycle is not None:
             lifecycle.request_ended(request)  # a draining replica may be empty now
@@ -309,7 +313,9 @@ def simulate(
         else:
             clock.run()
     if frontends is not None:
-        log.frontend = frontend_summary(frontends, clock.now)
+        # the clock ran to the horizon; else to its last event, or a last token reaching its client
+        span_s = clock.now if scenario.stop.horizon_s is not None else max(clock.now, delivered_until_s[0])
+        log.frontend = frontend_summary(frontends, span_s)
     in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
     in_flight += [r for f in frontends or [] for r in f.close()]  # still in an API server at the horizon
     in_flight += streaming.values()  # completed at their engines, their last tokens due at their clients later

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import yaml
-from conftest import read_requests
+from conftest import read_requests, read_steps
 
 from clustersim.config.catalogue import Catalogue
 from clustersim.frontend import MAX_STREAMING_SHARE, FrontEnd
@@ -258,10 +258,13 @@ def test_a_parse_slows_when_streaming_starts_during_it(run_mapping, engine_file)
     wave = [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": n} for n in (3, 2000, 1)]
     mapping = scenario(engine_file)
     mapping["workload"]["tenants"][0]["arrival"]["requests"] = wave
-    rows = sorted(read_requests(run_mapping(mapping)), key=lambda r: r["request_id"])
-    prefill_s = 0.0066  # request 1's 4-token prompt, alone on the replica
-    expected = [0.5, 1.75, 1.75 + prefill_s + (0.5 - prefill_s) / (1.0 - MAX_STREAMING_SHARE)]
-    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(expected, abs=0.002)
+    result = run_mapping(mapping)
+    rows, steps = read_requests(result), read_steps(result)
+    prefill_s = next(s["duration_s"] for s in steps if s["started_at_s"] == 1.75)  # request 1's, alone
+    handed_s = 1.75 + prefill_s + (0.5 - prefill_s) / (1.0 - MAX_STREAMING_SHARE)
+    end_s = next(e for s in steps if s["started_at_s"] < handed_s <= (e := s["started_at_s"] + s["duration_s"]))
+    expected = [0.5, 1.75, end_s]  # request 2 scheduled at the end of the step it reached the replica in
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(expected, abs=1e-9)
 
 
 def test_before_any_completion_the_replicas_modelled_rate_is_the_streaming_rate():
