@@ -404,7 +404,8 @@ class EngineSpec:
             step_overhead_per_worker_s=opt(engine.step_overhead_per_worker_s),
             frontend_per_request_s=opt(engine.frontend_per_request_s) + opt(engine.frontend_fitted_per_request_s),
             frontend_per_prompt_token_s=opt(engine.frontend_per_prompt_token_s),
-            frontend_per_output_token_s=opt(engine.frontend_per_output_token_s),
+            frontend_per_output_token_s=opt(engine.frontend_per_output_token_s)
+            + opt(engine.frontend_fitted_per_output_token_s),
             frontend_latency_s=opt(engine.frontend_fitted_latency_s),
             sliding_window_kv_share=opt(share) if (share := engine.sliding_window_kv_share) is not None else 1.0,
         )

@@ -6,22 +6,27 @@ core (its tokenizer is a single-thread executor, vLLM issue #25301: Hugging Face
 not thread-safe, vLLM PR #34789). Requests are parsed one at a time, first come first served: the
 server starts on the next waiting request when it hands one over, and a parse's work is
 ``per_request_s`` plus ``per_prompt_token_s`` for each token of its prompt (tokenizing it). The
-streaming runs in the same process, interleaved with that work (an asyncio event loop), so it is a
-load on the server rather than a queue in front of it: while a share ``rho`` of the server's time goes
-to streaming, a parse takes ``work / (1 - rho)``, ``rho`` taken when the parse starts (so a request
-waiting behind others is parsed at the load of its turn, not of its arrival), and streaming takes
-no more of the parse than the requests streaming then have tokens to stream. ``rho`` is
-``per_output_token_s`` times the token rate the server is streaming: the requests it handed to its
-replica that have not ended yet, each at the token rate one request streams, estimated from the ones
-that completed (``(output tokens - 1) / (finish - first token)``, averaged over the first
-:data:`RATE_SAMPLES` and then weighing each new one by ``1 / RATE_SAMPLES``), capped at
-``MAX_STREAMING_SHARE``. Before the first completion, the rate is the replica's modelled decode rate
-for those requests (``modelled_tokens_per_s``: their number, at most the engine's batch, over one
-pure-decode step's time at their mean contexts): a burst sent at once is throttled by the streaming
-of its first requests from the start, as a real server's is, rather than parsed at full speed for a
-request's whole life. Requests are handed over and end at the same instants in both simulation
-modes, and the modelled rate is a function of the requests handed over, so the estimate is the same
-in both.
+streaming runs in the same process, interleaved with that work (an asyncio event loop), so the two
+share the server: while it parses, streaming takes a share ``rho`` of its time and the parse the rest,
+``rho`` the work the streamed tokens bring a second (``per_output_token_s`` times their rate), capped
+at ``MAX_STREAMING_SHARE``, or that cap while tokens wait to be streamed. A parse in progress is
+re-timed whenever ``rho`` changes (a request's first token, a request's end, the start of a parse), so
+a request waiting behind others is parsed at the loads of its turn, not of its arrival. The token
+rate is that of the requests it handed to its replica that have made their first token and not ended,
+each at the token rate one request makes, estimated from the ones that completed (``(output tokens -
+1) / (finish - first token)`` at the engine, averaged over the first :data:`RATE_SAMPLES` and then
+weighing each new one by ``1 / RATE_SAMPLES``). Before the first completion, the rate is the
+replica's modelled decode rate for those requests (``modelled_tokens_per_s``: their number, at most
+the engine's batch, over one pure-decode step's time at their mean contexts): a burst sent at once
+is throttled by the streaming of its first requests from the start, as a real server's is. Requests
+are handed over, make their first tokens and end at the same instants in both simulation modes, and
+the modelled rate is a function of the requests streaming, so the estimate is the same in both.
+
+When the tokens come faster than the server streams them, they queue, first come first served, and
+reach their clients late (:mod:`clustersim.streamlag`): a request's first token arrives after the
+work waiting when it was made (its own included) and its last after the work waiting then (at least
+its own), so its client-side TTFT, TPOT and end include the wait, and a closed-loop user sends its
+next request when its last token arrives; the engine's steps and inter-token gaps do not.
 
 Beyond its work, a request may spend ``latency_s`` in passage that occupies no server: the HTTP
 round trip and the hand-offs between the server's processes (vLLM's API server and engine core, SGLang's
@@ -36,10 +41,12 @@ they interleave with arrivals at one instant in scheduling order, in both modes 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
 from clustersim.clock import Clock
+from clustersim.streamlag import StreamLag
 from clustersim.workload.request import Request
 
 ARRIVAL_PRIORITY = 1  # SimPy's NORMAL: the priority arrivals have
@@ -68,48 +75,119 @@ class FrontEnd:
         self.num_delivered = 0  # handed to the replica
         self.delay_s = 0.0  # from arrival to the replica's queue, summed over the requests delivered
         self.max_delay_s = 0.0
+        self.num_streamed = 0  # completed requests whose tokens it streamed
+        self.late_s = 0.0  # how late their last tokens reached their clients, summed
+        self.max_late_s = 0.0
         # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
         self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
+        self._parse_left_s = 0.0  # the head's parse work not done by _parse_since_s
+        self._parse_since_s = 0.0
+        self._parse_ticket = 0  # which hand-over timer counts (a parse re-timed leaves its old one behind)
+        self._parse_ready_s = math.inf  # when the timer that counts fires
+        self._inflow = 0.0  # streaming work arriving a second since the last change
         self._in_passage: dict[int, Request] = {}  # parsed, on their way to the replica (latency_s)
-        self._streaming: set[int] = set()  # handed to the replica and not ended: streaming, or soon
+        self._handed: set[int] = set()  # handed to the replica and not ended
+        self._streaming: dict[int, float] = {}  # of those, the ones that made their first token, and when
+        self.lag = StreamLag()  # the tokens made that the server has not yet streamed
         self._tokens_per_s_per_request = 0.0  # one streaming request's token rate (completed requests)
         self._streaming_context_tokens = 0.0  # the streaming requests' mean contexts, summed
-        self._streaming_output_tokens = 0  # the streaming requests' output tokens, summed
         self._num_rates = 0  # completions in that estimate, at most RATE_SAMPLES
         # before any completion: the tokens a second (num_seqs, context_tokens) would decode at its replica
         self.modelled_tokens_per_s: Callable[[int, float], float] | None = None
 
-    def streaming_share(self) -> float:
-        """The share of the server's time that streaming takes now (capped)."""
+    def streaming_rate(self) -> float:
+        """The tokens a second the requests streaming through this server make now (estimated)."""
         num = len(self._streaming)
         if self._num_rates or not num or self.modelled_tokens_per_s is None:
-            rate_tokens_per_s = num * self._tokens_per_s_per_request
-        else:
-            rate_tokens_per_s = self.modelled_tokens_per_s(num, self._streaming_context_tokens)
-        return min(self.per_output_token_s * rate_tokens_per_s, MAX_STREAMING_SHARE)
+            return num * self._tokens_per_s_per_request
+        return self.modelled_tokens_per_s(num, self._streaming_context_tokens)
+
+    def streaming_share(self) -> float:
+        """The share of the server's time that streaming takes now while it parses: all it may while
+        tokens wait to be streamed, else the work they bring (capped either way)."""
+        if self.lag.backlog_s(self.clock.now) > 0.0:
+            return MAX_STREAMING_SHARE
+        return min(self.per_output_token_s * self.streaming_rate(), MAX_STREAMING_SHARE)
 
     def parse_s(self, work_s: float) -> float:
-        """How long ``work_s`` of parsing takes from now: ``work / (1 - rho)``, but streaming takes no
-        more of it than the requests streaming now have tokens left to stream (at most all of theirs)."""
-        share = self.streaming_share()
-        if share == 0.0:
-            return work_s
-        return min(work_s / (1.0 - share), work_s + self.per_output_token_s * self._streaming_output_tokens)
+        """How long ``work_s`` of parsing takes from now, as the streaming is now: at the server's
+        share left while tokens wait to be streamed, then at what their arrival leaves."""
+        first_rate, first_span_s, then_rate = self._parse_rates(self.clock.now)
+        if work_s <= first_rate * first_span_s:
+            return work_s / first_rate
+        return first_span_s + (work_s - first_rate * first_span_s) / then_rate
 
-    def ended(self, request: Request) -> None:
-        """``request``, which passed this front end, has ended; if it completed, its token rate joins
-        the estimate of one request's."""
-        if request.request_id in self._streaming:
-            self._streaming.remove(request.request_id)
-            self._streaming_context_tokens -= _mean_context_tokens(request)
-            self._streaming_output_tokens -= request.output_tokens
+    def _parse_rates(self, at_s: float) -> tuple[float, float, float]:
+        """From ``at_s`` while the rates stay as they are: the parse's share of the server for how long,
+        and its share after (the streaming waiting at ``at_s`` drained)."""
+        waiting_s, inflow = self.lag.backlog_s(at_s), self._inflow
+        after = 1.0 - min(inflow, MAX_STREAMING_SHARE)
+        if waiting_s == 0.0:
+            return after, 0.0, after
+        if inflow >= MAX_STREAMING_SHARE:
+            return 1.0 - MAX_STREAMING_SHARE, math.inf, after
+        return 1.0 - MAX_STREAMING_SHARE, waiting_s / (MAX_STREAMING_SHARE - inflow), after
+
+    def first_token(self, request: Request) -> None:
+        """``request``, handed to this server's replica, made its first token: it streams from now on."""
+        if request.request_id not in self._handed or request.request_id in self._streaming:
+            return  # not through here, or made again after its replica failed: it streams already
+        self._streaming[request.request_id] = self.clock.now
+        self._streaming_context_tokens += _mean_context_tokens(request)
+        self._restream()
+        if self.per_output_token_s > 0.0:  # the first token to stream, the rest at the rate it decodes
+            self._add_streaming(self.per_output_token_s)
+
+    def ended(self, request: Request) -> float:
+        """``request``, which passed this front end, has ended at its engine; if it completed, its token
+        rate joins the estimate of one request's, and its first and last tokens' times become the
+        times they reach its client. Returns how much later than now its last token does."""
         first, finished = request.first_token_at_s, request.finished_at_s
-        if request.status != "completed" or request.output_tokens < 2 or not finished > first:  # NaN: unset
+        late_s = 0.0
+        if request.status == "completed" and self.per_output_token_s > 0.0:  # each token its own work too
+            late_s = self.lag.lag_s(finished, self.per_output_token_s)
+            request.first_token_at_s = min(first + self.lag.lag_s(first), finished + late_s)
+            request.finished_at_s = finished + late_s
+            self.num_streamed += 1
+            self.late_s += late_s
+            self.max_late_s = max(self.max_late_s, late_s)
+        self._handed.discard(request.request_id)
+        if self._streaming.pop(request.request_id, None) is not None:
+            self._streaming_context_tokens -= _mean_context_tokens(request)
+        if request.status == "completed" and request.output_tokens >= 2 and finished > first:  # NaN: unset
+            rate = (request.output_tokens - 1) / (finished - first)  # at its engine
+            self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)
+            self._tokens_per_s_per_request += (rate - self._tokens_per_s_per_request) / self._num_rates
+        self._restream()
+        self.lag.forget_before(next(iter(self._streaming.values()), self.clock.now))
+        return late_s
+
+    def _restream(self) -> None:
+        """The streaming's rates from now on, as the requests streaming and the parsing are now; a parse
+        in progress is re-timed to them."""
+        if self.per_output_token_s == 0.0:
             return
-        rate = (request.output_tokens - 1) / (finished - first)
-        self._num_rates = min(self._num_rates + 1, RATE_SAMPLES)
-        self._tokens_per_s_per_request += (rate - self._tokens_per_s_per_request) / self._num_rates
+        now = self.clock.now
+        if self._parsing:  # the work done since the last change, at the rates until now
+            first_rate, first_span_s, then_rate = self._parse_rates(self._parse_since_s)
+            span_s = now - self._parse_since_s
+            done_s = first_rate * min(span_s, first_span_s) + then_rate * max(0.0, span_s - first_span_s)
+            self._parse_left_s = max(0.0, self._parse_left_s - done_s)
+            self._parse_since_s = now
+        self._inflow = self.per_output_token_s * self.streaming_rate()
+        self.lag.change(now, self._inflow, MAX_STREAMING_SHARE if self._parsing else 1.0)
+        if self._parsing:
+            self._time_the_parse()
+
+    def _add_streaming(self, work_s: float) -> None:
+        """``work_s`` of streaming arrives at once: a parse in progress is re-timed to it."""
+        now = self.clock.now
+        if self._parsing:
+            self._restream()  # the parse's work done until now, at the streaming before this
+        self.lag.add(now, work_s)
+        if self._parsing:
+            self._time_the_parse()
 
     @property
     def num_passing(self) -> int:
@@ -129,23 +207,42 @@ class FrontEnd:
             self._start()
 
     def _start(self) -> None:
-        """Start parsing the request at the head of the queue, at the streaming share of now."""
+        """Start parsing the request at the head of the queue."""
         request = self._waiting[0][0]
         self._parsing = True
-        now = self.clock.now
         work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
-        ready_s = now + self.parse_s(work_s)
         self.busy_s += work_s + self.per_output_token_s * request.output_tokens
+        self._parse_left_s, self._parse_since_s = work_s, self.clock.now
+        if self.per_output_token_s > 0.0:
+            self.lag.change(self.clock.now, self._inflow, MAX_STREAMING_SHARE)  # streaming shares the server
+        self._time_the_parse()
+
+    def _time_the_parse(self) -> None:
+        """(Re)set the hand-over of the parse in progress to when its work left is done."""
+        now = self.clock.now
+        ready_s = now + self.parse_s(self._parse_left_s) if self.per_output_token_s > 0.0 else now + self._parse_left_s
+        if ready_s == self._parse_ready_s:
+            return
+        self._parse_ticket += 1
+        self._parse_ready_s = ready_s
         if ready_s == now:
             self._hand_over()
             return
-        self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._hand_over())
+        ticket = self._parse_ticket
+        self.clock.timer_at(ready_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: self._parsed(ticket))
+
+    def _parsed(self, ticket: int) -> None:
+        if ticket == self._parse_ticket:  # not re-timed since
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """The head request is parsed: deliver it (after its passage's latency), then start on the next one
         waiting."""
         request, deliver, arrived_s = self._waiting.popleft()
         self._parsing = False
+        self._parse_ready_s = math.inf
+        if self.per_output_token_s > 0.0:
+            self.lag.change(self.clock.now, self._inflow, 1.0)  # streaming has the server to itself
         if self.latency_s > 0.0:
             self._in_passage[request.request_id] = request
             self.clock.timer_at(self.clock.now + self.latency_s, ARRIVAL_PRIORITY).callbacks.append(
@@ -162,9 +259,7 @@ class FrontEnd:
         self.num_delivered += 1
         self.delay_s += delay_s
         self.max_delay_s = max(self.max_delay_s, delay_s)
-        self._streaming.add(request.request_id)
-        self._streaming_context_tokens += _mean_context_tokens(request)
-        self._streaming_output_tokens += request.output_tokens
+        self._handed.add(request.request_id)
         deliver(request)  # may submit another request (a closed-loop user whose request was rejected)
 
     def close(self) -> list[Request]:
@@ -178,9 +273,11 @@ def _mean_context_tokens(request: Request) -> float:
 
 
 def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, float | int]:
-    """The summary's ``frontend`` block: how busy the API servers were and how long requests spent there."""
+    """The summary's ``frontend`` block: how busy the API servers were, how long requests spent there, and
+    how late their last tokens reached their clients after their engines made them."""
     num = sum(f.num_requests for f in frontends)
     delivered = sum(f.num_delivered for f in frontends)
+    streamed = sum(f.num_streamed for f in frontends)
     busy = [f.busy_s / span_s for f in frontends] if span_s > 0 else [0.0]
     return {
         "num_requests": num,
@@ -188,4 +285,6 @@ def frontend_summary(frontends: list[FrontEnd], span_s: float) -> dict[str, floa
         "max_busy_frac": max(busy),
         "mean_delay_s": sum(f.delay_s for f in frontends) / delivered if delivered else 0.0,
         "max_delay_s": max(f.max_delay_s for f in frontends),
+        "mean_stream_lag_s": sum(f.late_s for f in frontends) / streamed if streamed else 0.0,
+        "max_stream_lag_s": max(f.max_late_s for f in frontends),
     }

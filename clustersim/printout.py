@@ -69,9 +69,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         front = summary["frontend"]
         busy, busiest = _fmt(front["mean_busy_frac"], 100, 1), _fmt(front["max_busy_frac"], 100, 1)
         delay, longest = _fmt(front["mean_delay_s"], 1e3, 1), _fmt(front["max_delay_s"], 1e3, 1)
+        lag, most = _fmt(front["mean_stream_lag_s"], 1e3, 1), _fmt(front["max_stream_lag_s"], 1e3, 1)
         lines.append(
             f"front end (API server): {busy}% busy (max {busiest}%), "
-            f"{delay} ms mean from arrival to the engine (max {longest})"
+            f"{delay} ms mean from arrival to the engine (max {longest}), "
+            f"last tokens {lag} ms late to the client (max {most})"
         )
     for cache in summary.get("kv_cache", [])[:1]:
         lines.append(_kv_cache_line(cache, len(summary.get("kv_cache", []))))

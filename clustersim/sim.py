@@ -18,7 +18,7 @@ from clustersim.config.scenario import Scenario
 from clustersim.disagg import Endpoint, KVTransfers
 from clustersim.eventlog import RunLog
 from clustersim.faults import FaultInjector
-from clustersim.frontend import FrontEnd, frontend_summary
+from clustersim.frontend import ARRIVAL_PRIORITY, FrontEnd, frontend_summary
 from clustersim.lifecycle import Lifecycle, Slot
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.core import Core
@@ -46,7 +46,12 @@ def _few_collections() -> Iterator[None]:
         gc.unfreeze()
 
 
-def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) -> Callable[[int], Core]:
+def core_maker(
+    plan: RunPlan,
+    log: RunLog,
+    on_final: Callable[[Request], None],
+    on_first_token: Callable[[Request], None] | None = None,
+) -> Callable[[int], Core]:
     """``make(index)``: a fresh core for replica ``index`` (empty queues and KV cache)."""
     scenario = plan.scenario
     sched = scenario.scheduler
@@ -64,6 +69,7 @@ def core_maker(plan: RunPlan, log: RunLog, on_final: Callable[[Request], None]) 
             log,
             on_final,
             make_queue(sched.ordering, plan.priorities),
+            on_first_token,
         )
 
     return make
@@ -202,17 +208,36 @@ def simulate(
     lifecycle: Lifecycle | None = None
 
     passed: dict[int, FrontEnd] = {}  # the front end each request in flight passed, by request id
+    # ended at their engines, their last tokens not yet at clients that wait for them (a request nobody
+    # waits for is recorded when it ends, its times already the client's: no event for its delivery)
+    streaming: dict[int, Request] = {}
+    delivered_until_s = [0.0]  # when the last of those recorded at once reaches its client
 
     def on_final(request: Request) -> None:
         front = passed.pop(request.request_id, None)
-        if front is not None:
-            front.ended(request)  # no longer streaming through its API server
-        log.record_request(request)
-        completions.notify(request)  # closed-loop users wait for their request to end
+        late_s = front.ended(request) if front is not None else 0.0  # its tokens' times become the client's
+        if late_s > 0.0 and completions.awaited(request):  # a user sends its next one when the last token is in
+            streaming[request.request_id] = request
+            clock.timer_at(clock.now + late_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: reached(request))
+        else:
+            delivered_until_s[0] = max(delivered_until_s[0], clock.now + late_s)
+            reached(request)
         if lifecycle is not None:
             lifecycle.request_ended(request)  # a draining replica may be empty now
 
-    make = core_maker(plan, log, on_final)
+    def reached(request: Request) -> None:
+        """``request``'s last token reached its client (or it ended without one)."""
+        streaming.pop(request.request_id, None)
+        log.record_request(request)
+        completions.notify(request)  # closed-loop users wait for their request to end
+
+    def on_first_token(request: Request) -> None:
+        front = passed.get(request.request_id)
+        if front is not None:
+            front.first_token(request)  # it streams through its API server from now on
+
+    frontends = make_frontends(plan, clock)
+    make = core_maker(plan, log, on_final, on_first_token if frontends is not None else None)
     replicas = [Replica(clock, make(index)) for index in range(plan.num_replicas)]  # in replica order
     router = ROUTERS.get(scenario.router.kind)(scenario.router, scenario.seed, ROUTER_STREAM_KEY)
     transfers = start_transfers(plan, clock, replicas) if scenario.disaggregation is not None else None
@@ -220,7 +245,6 @@ def simulate(
         log.transfers = transfers.rows
     routed = transfers.prefill_pool if transfers is not None else replicas  # where arrivals go
 
-    frontends = make_frontends(plan, clock)
     for replica, front in zip(replicas, frontends, strict=True) if frontends is not None else ():
         replica.frontend = front  # routers count the requests in it as sent to the replica
         front.modelled_tokens_per_s = lambda n, c, replica=replica: replica.core.decode_tokens_per_s(n, c)
@@ -289,9 +313,12 @@ def simulate(
         else:
             clock.run()
     if frontends is not None:
-        log.frontend = frontend_summary(frontends, clock.now)
+        # the clock ran to the horizon; else to its last event, or a last token reaching its client
+        span_s = clock.now if scenario.stop.horizon_s is not None else max(clock.now, delivered_until_s[0])
+        log.frontend = frontend_summary(frontends, span_s)
     in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
     in_flight += [r for f in frontends or [] for r in f.close()]  # still in an API server at the horizon
+    in_flight += streaming.values()  # completed at their engines, their last tokens due at their clients later
     for request in [*(r for replica in replicas for r in replica.stop()), *in_flight]:
         log.record_request(request)
     return replicas

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import yaml
-from conftest import read_requests
+from conftest import read_requests, read_steps
 
 from clustersim.config.catalogue import Catalogue
 from clustersim.frontend import MAX_STREAMING_SHARE, FrontEnd
@@ -57,10 +57,12 @@ def test_requests_are_parsed_one_at_a_time_with_streaming_as_a_load(run_mapping,
 
 
 def test_a_parse_slows_while_requests_stream(run_mapping, engine_file):
-    """Request 0 (3 tokens) completes within milliseconds of reaching the replica at 0.5 s: one request
-    streams some hundreds of tokens a second. Request 1 (2,000 tokens) reaches it at 1.5 s and streams
-    for seconds; request 2, sent at 3 s, is parsed while it streams: at 0.25 s per token the share is
-    capped, and its 0.5 s parse takes 0.5 / (1 - 0.9) = 5 s."""
+    """Request 0 (3 tokens) completes within milliseconds of reaching the replica at 0.5 s, leaving its
+    3 x 0.25 s of streaming to the server: request 1, sent at 1 s, is parsed once that is done (the
+    server busy from 0.5 s: 0.75 s of streaming, then 0.5 s of parsing, to 1.75 s). Request 1 (2,000
+    tokens) then streams far faster than the server can (~150 tokens a second x 0.25 s); request 2,
+    sent at 3 s, is parsed while its tokens wait: at the capped share, its 0.5 s parse takes 0.5 /
+    (1 - 0.9) = 5 s."""
     mapping = scenario(engine_file)
     mapping["workload"]["tenants"][0]["arrival"]["requests"] = [
         {"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 3},
@@ -73,7 +75,7 @@ def test_a_parse_slows_while_requests_stream(run_mapping, engine_file):
         assert rows[1]["finished_at_s"] > 8.0  # still streaming when request 2's parse ends
         assert run.summary["frontend"]["max_delay_s"] == pytest.approx(0.5 / (1.0 - 0.9))  # request 2's
         # it joins request 1's decodes at the end of the step running when it reaches the replica
-        assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.5, 8.0], abs=0.02)
+        assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx([0.5, 1.75, 8.0], abs=0.02)
 
 
 def test_each_prompt_is_tokenized_on_the_one_thread(run_mapping, engine_file, tmp_path):
@@ -182,25 +184,46 @@ class _Request:
         return self
 
 
-def test_the_streaming_share_is_the_requests_in_the_engine_at_one_requests_token_rate():
+def test_the_streaming_rate_is_the_requests_making_tokens_at_one_requests_rate():
     clock = _Clock()
     front = FrontEnd(clock, 0.0, 0.001)  # type: ignore[arg-type]  # no parse: each reaches its replica at once
-    requests = [_Request(i, 101) for i in range(5)]
+    requests = [_Request(i, 101) for i in range(6)]
     for request in requests:
         front.submit(request, lambda _: None)  # type: ignore[arg-type]
-    assert front.streaming_share() == 0.0  # none has completed: no token rate known yet
+    assert front.streaming_rate() == 0.0  # none has made a token yet
+    for request in requests[:5]:
+        front.first_token(request)  # type: ignore[arg-type]
+    assert front.streaming_rate() == 0.0  # none has completed: no token rate known yet
+    clock.now = 2.0
     front.ended(requests[0].completed(1.0, 2.0))  # type: ignore[arg-type]  # 100 tokens in 1 s
-    assert front.streaming_share() == pytest.approx(4 * 100 * 0.001)  # four streaming at 100 tokens/s
+    assert front.streaming_rate() == pytest.approx(4 * 100)  # four streaming at 100 tokens/s; one waits
     requests[1].status = "rejected"
     front.ended(requests[1])  # type: ignore[arg-type]  # ended without a rate of its own
-    assert front.streaming_share() == pytest.approx(3 * 100 * 0.001)
+    assert front.streaming_rate() == pytest.approx(3 * 100)
+    clock.now = 2.5
     front.ended(requests[2].completed(2.0, 2.5))  # type: ignore[arg-type]  # 200 tokens/s: the mean of two
-    assert front.streaming_share() == pytest.approx(2 * 150 * 0.001)
-    busy = FrontEnd(clock, 0.0, 0.1)  # type: ignore[arg-type]  # 100 tokens/s x 0.1 s: more than the server
-    for request in (_Request(10, 101), _Request(11, 101)):
-        busy.submit(request, lambda _: None)  # type: ignore[arg-type]
-    busy.ended(_Request(10, 101).completed(1.0, 2.0))  # type: ignore[arg-type]
-    assert busy.streaming_share() == MAX_STREAMING_SHARE
+    assert front.streaming_rate() == pytest.approx(2 * 150)
+    assert front.streaming_share() == pytest.approx(2 * 150 * 0.001)  # nothing waits: the work they bring
+
+
+def test_a_parse_takes_the_share_streaming_leaves():
+    """A request streaming 50 tokens a second at 10 ms each brings half the server's time; its first
+    token's 10 ms waits at 0 s. A parse of 0.1 s starting then gets a tenth of the server while that
+    waits (drained at 0.9 - 0.5 a second: 25 ms, 2.5 ms of parsing), then half: 0.025 + 0.0975 / 0.5."""
+    clock = _Clock()
+    front = FrontEnd(clock, 0.0, 0.01)  # type: ignore[arg-type]
+    front.modelled_tokens_per_s = lambda num_seqs, context_tokens: 50.0 * num_seqs
+    request = _Request(0, 101)
+    front.submit(request, lambda _: None)  # type: ignore[arg-type]
+    front.first_token(request)  # type: ignore[arg-type]
+    assert front.streaming_share() == MAX_STREAMING_SHARE  # its first token waits to be streamed
+    assert front.parse_s(0.1) == pytest.approx(0.025 + 0.0975 / 0.5)
+    clock.now = 1.0  # drained long since: the share is the work the stream brings
+    assert front.parse_s(0.1) == pytest.approx(0.1 / 0.5)
+    fast = _Request(1, 101)
+    front.submit(fast, lambda _: None)  # type: ignore[arg-type]
+    front.first_token(fast)  # type: ignore[arg-type]  # two: 100 tokens/s x 10 ms, more than the server
+    assert front.parse_s(0.1) == pytest.approx(0.1 / (1.0 - MAX_STREAMING_SHARE))
 
 
 def test_a_wave_sent_together_waits_for_the_parses_before_it_not_the_waves_streaming(run_mapping, engine_file):
@@ -226,18 +249,22 @@ def test_a_request_in_a_front_end_counts_as_sent_to_its_replica(run_mapping, eng
     assert [r["first_scheduled_at_s"] for r in rows[:2]] == pytest.approx([0.5, 0.5])  # parsed side by side
 
 
-def test_a_queued_request_is_parsed_at_the_load_when_its_parse_starts(run_mapping, engine_file):
+def test_a_parse_slows_when_streaming_starts_during_it(run_mapping, engine_file):
     """Three requests sent together: request 0 (3 tokens) is parsed 0 -> 0.5 s; request 1 (2,000
-    tokens) from 0.5 s beside request 0's 3 tokens of streaming, to 1.75 s; request 2 from 1.75 s, with
-    request 1 streaming (request 0 completed within milliseconds: hundreds of tokens a second) at 0.25 s
-    per token: the share is capped at 0.9 and its 0.5 s parse takes 5 s. Its arrival, when nothing
-    streamed, does not set it."""
+    tokens) from 0.5 s beside request 0's 3 tokens of streaming, to 1.75 s; request 2 from 1.75 s, at
+    full speed until request 1 makes its first token ~10 ms later and streams far faster than the
+    server can (0.25 s a token): the rest of its 0.5 s parse gets a tenth of the server, ~4.9 s more
+    (it reaches the replica mid-step and is scheduled at the step's end)."""
     wave = [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": n} for n in (3, 2000, 1)]
     mapping = scenario(engine_file)
     mapping["workload"]["tenants"][0]["arrival"]["requests"] = wave
-    rows = sorted(read_requests(run_mapping(mapping)), key=lambda r: r["request_id"])
-    expected = [0.5, 1.75, 1.75 + 0.5 / (1.0 - MAX_STREAMING_SHARE)]
-    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(expected, abs=0.01)
+    result = run_mapping(mapping)
+    rows, steps = read_requests(result), read_steps(result)
+    prefill_s = next(s["duration_s"] for s in steps if s["started_at_s"] == 1.75)  # request 1's, alone
+    handed_s = 1.75 + prefill_s + (0.5 - prefill_s) / (1.0 - MAX_STREAMING_SHARE)
+    end_s = next(e for s in steps if s["started_at_s"] < handed_s <= (e := s["started_at_s"] + s["duration_s"]))
+    expected = [0.5, 1.75, end_s]  # request 2 scheduled at the end of the step it reached the replica in
+    assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(expected, abs=1e-9)
 
 
 def test_before_any_completion_the_replicas_modelled_rate_is_the_streaming_rate():
@@ -253,10 +280,103 @@ def test_before_any_completion_the_replicas_modelled_rate_is_the_streaming_rate(
     requests = [_Request(i, 101) for i in range(3)]
     for request in requests:
         front.submit(request, lambda _: None)  # type: ignore[arg-type]
-    assert front.streaming_share() == pytest.approx(3 * 50 * 0.001)
+        front.first_token(request)  # type: ignore[arg-type]
+    assert front.streaming_rate() == pytest.approx(3 * 50)
     assert seen[-1] == (3, pytest.approx(3 * (4 + 101 / 2)))  # three at their mean contexts
+    clock.now = 2.0
     front.ended(requests[0].completed(1.0, 2.0))  # type: ignore[arg-type]  # 100 tokens/s measured
-    assert front.streaming_share() == pytest.approx(2 * 100 * 0.001)  # the measured rate from now on
+    assert front.streaming_rate() == pytest.approx(2 * 100)  # the measured rate from now on
     assert front.parse_s(0.1) == pytest.approx(0.1 / (1 - 0.2))
-    # streaming takes no more of a parse than the tokens left to stream: 2 x 101 x 1 ms = 0.202 s
-    assert front.parse_s(10.0) == pytest.approx(10.0 + 0.202)
+
+
+def slow_streamer(tmp_path, per_output_token_s: float) -> str:
+    """An engine whose API server has no per-request work and streams a token in ``per_output_token_s``."""
+    engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
+    name = f"streams-in-{per_output_token_s * 1e3:g}-ms"
+    engine["name"], engine["aliases"] = name, []
+    for field in ("frontend_fitted_per_request_s", "frontend_fitted_latency_s", "frontend_per_prompt_token_s"):
+        engine.pop(field, None)
+    engine["frontend_per_request_s"] = {"value": 0.0, "source": "test: no parse"}
+    engine["frontend_per_output_token_s"] = {"value": per_output_token_s, "source": "test: a slow stream"}
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(engine))
+    return f"{name}.yaml"
+
+
+def lone_requests(engine_file: str, output_tokens: list[int], gap_s: float = 30.0) -> dict:
+    mapping = scenario(engine_file)
+    mapping["workload"]["tenants"][0]["arrival"]["requests"] = [
+        {"arrival_at_s": k * gap_s, "prompt_tokens": 4, "output_tokens": n} for k, n in enumerate(output_tokens)
+    ]
+    return mapping
+
+
+def test_tokens_made_faster_than_the_server_streams_them_reach_the_client_late(run_mapping, tmp_path):
+    """One sequence of Llama-3.1-8B on an H100 decodes ~150 tokens a second; a server that streams 100
+    a second falls behind from the first token, and the last of 1,000 reaches the client 999 x 10 ms
+    after the first left the engine: the client's TPOT is the server's, not the engine's."""
+    mapping = lone_requests(slow_streamer(tmp_path, 0.01), [1000, 1000, 20])
+    engine_rows = read_requests(run_mapping(lone_requests(slow_streamer(tmp_path, 0.0), [1000, 1000, 20])))
+    for fast in (True, False):
+        run = run_mapping({**mapping, "simulation": {"fast_forward": fast}})
+        rows = read_requests(run)
+        lags = [row["finished_at_s"] - engine["finished_at_s"] for row, engine in zip(rows, engine_rows, strict=True)]
+        front = run.summary["frontend"]
+        assert front["max_stream_lag_s"] == pytest.approx(max(lags)) and max(lags) > 3.0
+        assert front["mean_stream_lag_s"] == pytest.approx(sum(lags) / 3)
+        for row, engine in zip(rows, engine_rows, strict=True):
+            # the first token waits only for its own streaming: nothing is ahead of it
+            assert row["first_token_at_s"] == pytest.approx(engine["first_token_at_s"] + 0.01, abs=1e-9)
+            made_s = engine["finished_at_s"] - engine["first_token_at_s"]
+            assert made_s < 0.8 * 999 * 0.01  # the engine alone: faster than the server streams
+            n = row["output_tokens"]  # (the server's feed is the estimated rate: the last request's is a bit off)
+            assert row["finished_at_s"] == pytest.approx(row["first_token_at_s"] + (n - 1) * 0.01, abs=0.002)
+            assert row["status"] == "completed"
+
+
+def test_a_server_that_keeps_up_delivers_as_the_engine_makes_them(run_mapping, tmp_path):
+    """At 1 ms a token the server streams 1,000 a second, far above one sequence's rate: no token waits
+    for another, each reaches its client its own 1 ms after the engine made it."""
+    rows = read_requests(run_mapping(lone_requests(slow_streamer(tmp_path, 0.001), [1000, 20])))
+    engine_rows = read_requests(run_mapping(lone_requests(slow_streamer(tmp_path, 0.0), [1000, 20])))
+    assert [(r["first_token_at_s"], r["finished_at_s"]) for r in rows] == pytest.approx(
+        [(r["first_token_at_s"] + 0.001, r["finished_at_s"] + 0.001) for r in engine_rows], abs=1e-12
+    )
+
+
+def test_a_burst_queues_behind_the_streaming_of_the_requests_before_it(run_mapping, tmp_path):
+    """Four requests sent together stream 4 x ~150 tokens a second into a server that streams 200: the
+    tokens queue first come first served, so each request's first token waits behind the tokens made
+    before it and the last token of all reaches its client about when the server has streamed every
+    token made (4 x 400 x 5 ms = 8 s), long after the engine finished (~2.7 s)."""
+    mapping = lone_requests(slow_streamer(tmp_path, 0.005), [400] * 4, gap_s=0.0)
+    for fast in (True, False):
+        rows = read_requests(run_mapping({**mapping, "simulation": {"fast_forward": fast}}))
+        last_s = max(r["finished_at_s"] for r in rows)
+        assert last_s == pytest.approx(4 * 400 * 0.005, rel=0.05)
+        assert all(r["finished_at_s"] - r["first_token_at_s"] > 399 * 0.005 for r in rows)
+
+
+def test_a_request_whose_last_token_is_on_its_way_at_the_horizon_is_recorded_with_its_arrival(run_mapping, tmp_path):
+    """The engine makes request 0's 1,000 tokens by ~6.5 s; the server streams its last at ~10 s: a
+    horizon at 8 s finds it done at its engine, its last token due at its client at ~10 s. It is
+    recorded once, completed (every token made), with the time its last token arrives."""
+    mapping = {**lone_requests(slow_streamer(tmp_path, 0.01), [1000]), "stop": {"horizon_s": 8.0}}
+    for fast in (True, False):
+        (row,) = read_requests(run_mapping({**mapping, "simulation": {"fast_forward": fast}}))
+        assert row["status"] == "completed"
+        assert row["finished_at_s"] == pytest.approx(row["first_token_at_s"] + 999 * 0.01)
+
+
+def test_a_closed_loop_user_sends_again_when_its_last_token_arrives(run_mapping, tmp_path):
+    mapping = lone_requests(slow_streamer(tmp_path, 0.01), [])
+    mapping["workload"]["tenants"][0] = {
+        "name": "t",
+        "arrival": {"kind": "closed_loop", "num_users": 1, "think_time": {"kind": "fixed", "time_s": 0.0}},
+        "prompt_tokens": {"kind": "fixed", "tokens": 4},
+        "output_tokens": {"kind": "fixed", "tokens": 500},
+    }
+    mapping["stop"] = {"max_requests": 3}
+    for fast in (True, False):
+        rows = read_requests(run_mapping({**mapping, "simulation": {"fast_forward": fast}}))
+        assert [r["arrival_at_s"] for r in rows[1:]] == pytest.approx([r["finished_at_s"] for r in rows[:-1]])
+        assert rows[0]["finished_at_s"] == pytest.approx(rows[0]["first_token_at_s"] + 499 * 0.01)

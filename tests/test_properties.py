@@ -168,6 +168,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "speculative": draw(st.one_of(st.none(), st.none(), speculative())),
         # the engine's API server also delays each request beyond its work (frontend_fitted_latency_s)
         "_frontend_latency_s": draw(st.sampled_from([None, None, 0.003, 0.5])),
+        # ... and streams its tokens slower than the engine makes them (frontend_per_output_token_s)
+        "_frontend_stream_s": draw(st.sampled_from([None, None, 0.001, 0.02])),
     }
 
 
@@ -413,14 +415,19 @@ def time_limit(seconds: int) -> Iterator[None]:
 
 
 def with_frontend_latency(raw: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """Turn the drawn ``_frontend_latency_s`` into an engine profile (vLLM V1's, with that latency) in ``tmp``."""
+    """Turn the drawn ``_frontend_latency_s`` and ``_frontend_stream_s`` into an engine profile (vLLM V1's,
+    with that latency and streaming work a token) in ``tmp``."""
     raw = {**raw}
     latency_s = raw.pop("_frontend_latency_s", None)
-    if latency_s is None:
+    stream_s = raw.pop("_frontend_stream_s", None)
+    if latency_s is None and stream_s is None:
         return raw
     engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
     engine |= {"name": "latency", "aliases": []}
-    engine["frontend_fitted_latency_s"] = {"value": latency_s, "source": "property test"}
+    if latency_s is not None:
+        engine["frontend_fitted_latency_s"] = {"value": latency_s, "source": "property test"}
+    if stream_s is not None:
+        engine["frontend_per_output_token_s"] = {"value": stream_s, "source": "property test"}
     (tmp / "latency.yaml").write_text(yaml.safe_dump(engine))
     return {**raw, "cluster": {**raw["cluster"], "engine": "latency.yaml"}}
 

@@ -308,6 +308,8 @@ class EngineProfile(_Physical):
     --fit`` found beyond the cited per-request cost, added to it, and ``frontend_fitted_max_per_request_s``
     the most that fit may add: a measured ceiling of one front end's throughput less the cited work of the
     requests it carried there (0: the cited costs already fill it, and nothing is fitted).
+    ``frontend_fitted_per_output_token_s``: the streaming work per output token the same fit finds, for an
+    engine that cites none (added to ``frontend_per_output_token_s`` where both are given).
     ``frontend_fitted_latency_s`` is the time a request spends passing the front end beyond its work, as
     the same fit finds it: latency, which occupies no server (the HTTP round trip, the hand-offs between
     the server's processes), so requests sent together pass it together.
@@ -349,6 +351,7 @@ class EngineProfile(_Physical):
     frontend_fitted_latency_s: Cited[float] | None = None
     frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
+    frontend_fitted_per_output_token_s: Cited[float] | None = None
     sliding_window_kv_share: Cited[float] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)

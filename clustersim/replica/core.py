@@ -75,6 +75,7 @@ class Core:
         log: RunLog,
         on_final: Callable[[Request], None],
         waiting: WaitingQueue,
+        on_first_token: Callable[[Request], None] | None = None,
     ) -> None:
         self.spec = spec
         self.limits = spec.limits
@@ -84,6 +85,7 @@ class Core:
         self.cost_model = cost_model
         self.log = log
         self.on_final = on_final
+        self.on_first_token = on_first_token  # hears of each request's first token (its API server)
         self.waiting = waiting
         self.deferred: deque[Request] = deque()  # predicted to miss their TTFT: served when nothing else waits
         self.swapped: deque[tuple[Request, int, int]] = deque()  # (request, KV tokens, host blocks), oldest first
@@ -393,6 +395,8 @@ class Core:
                 request = seat.request
                 if request.num_emitted_tokens == 0:
                     request.first_token_at_s = now_s
+                    if self.on_first_token is not None:
+                        self.on_first_token(request)
                 else:  # recomputed after a preemption: the gap since its last token ends here
                     self.gaps.resumed(request, now_s)
                 self.start_decoding(seat, last_index)

@@ -100,6 +100,8 @@ FEATURES = {
     "chunked_context": "TensorRT-LLM's enable_chunked_context (off by default)",
     "block_fp8": "FP8 weights with 128 x 128 block scales (quantization_config.weight_block_size), where the "
     "model profile's published checkpoint does not already say so (Qwen/*-FP8)",
+    "in_process": "the harness calls the engine in its own process with token IDs, no API server between "
+    "(MLPerf's LoadGen linked into NVIDIA's C++ harness, or AMD's, which calls vLLM's engine with prompt_token_ids)",
 }
 TRTLLM_FEATURES = ("max_utilization", "chunked_context")  # TensorRT-LLM's runtime options
 # ``p99_bound=<TTFT ms>/<TPOT ms>``: the load is the highest rate at which the 99th percentiles of TTFT and

@@ -37,7 +37,11 @@ Engine-wide, where rows need them:
   (``frontend_fitted_latency_s``: the HTTP round trip, the hand-offs between the server's processes), in
   milliseconds within ``[0, 200]``. It occupies no server, so requests sent together pass it together,
   where the same time as work queues them one behind another (a closed loop's clients all sending at
-  once); the rows' TTFT from one client to many tells the two apart.
+  once); the rows' TTFT from one client to many tells the two apart;
+- ``frontend_stream`` (the same rows, of an engine that cites no streaming cost): the front end's work per
+  token it streams (``frontend_fitted_per_output_token_s``), in milliseconds within ``[0, 1]``, from vLLM's
+  cited 0.05: what a server that cannot keep up with its engine's tokens delivers late
+  (:mod:`clustersim.streamlag`), which bursts of many requests at once show.
 
 Host times are not fitted here: they keep their cited values (``clustersim calibrate`` fits them to a user's
 own measurements). Every fit starts from the engine profiles without their ``efficiency`` blocks and fitted
@@ -88,6 +92,9 @@ STEP = 0.05  # finite-difference step (log units; milliseconds for front-end tim
 FRONTEND_MAX_MS = 200.0
 FRONTEND_STEP_MS = 2.0  # wide enough that the small jumps of discrete batching do not decide the slope
 FRONTEND_START_MS = 1.0
+STREAM_MAX_MS = 1.0  # streaming work per output token: at most 1 ms (1,000 tokens a second a server)
+STREAM_STEP_MS = 0.02
+STREAM_START_MS = 0.05  # vLLM's cited streaming cost per token (engines/vllm-v1.yaml)
 SCALE_FIELDS: dict[str, tuple[str, ...]] = {
     # prefill attention is not scaled: engines run the FlashAttention kernels whose speed the GPU profiles
     # carry (published or timed, see prefill_attention_compute_efficiency_frac), so what differs between engines
@@ -110,7 +117,11 @@ ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block", "weight_only")
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 # front-end time per request (milliseconds, not log scales): work (on the one server) and latency (on none),
 # and the engine profile field each is written to
-FRONTEND_FIELDS = {"frontend": "frontend_fitted_per_request_s", "frontend_latency": "frontend_fitted_latency_s"}
+FRONTEND_FIELDS = {
+    "frontend": "frontend_fitted_per_request_s",
+    "frontend_latency": "frontend_fitted_latency_s",
+    "frontend_stream": "frontend_fitted_per_output_token_s",
+}
 FRONTEND_KINDS = tuple(FRONTEND_FIELDS)
 FAMILIES: tuple[str, ...] = get_args(GpuFamily)
 Atom = tuple[str, str, str]  # (engine, GPU family, kind): one scale an engine profile carries
@@ -126,9 +137,7 @@ class FitParam:
     """
 
     engine: str | None
-    kind: (
-        str  # compute | memory | latency | moe | comm | comm_latency | eager | block | weight_only | frontend[_latency]
-    )
+    kind: str  # compute | memory | latency | moe | comm | comm_latency | eager | block | weight_only | frontend[_...]
     family: str | None = None
     max_ms: float = field(default=math.inf, compare=False)  # frontend: the most the fit may add
 
@@ -176,6 +185,7 @@ class FitRow:
     frontend_max_ms: float = math.inf  # the most front-end time per request a fit may add (a cited ceiling)
     block: bool = False  # its FP8 weights carry block scales
     weight_only: bool = False  # its weights are narrower than any tensor-core path of its GPU
+    stream_fitted: bool = False  # its engine cites no streaming work per output token: the fit finds it
 
     def atoms(self, kind: str) -> list[Atom]:
         """The scales of ``kind`` this row runs with (none without a GPU family)."""
@@ -213,7 +223,10 @@ def fit_rows(built: Sequence[RowScenario], catalogue: Catalogue) -> list[FitRow]
         most = ceiling.value * 1e3 if ceiling is not None else math.inf
         block = shape.weight_scaling == "block"
         narrow = GpuSpec.from_profiles(hardware, engine).runs_weight_only(shape.weight_precision)
-        found.append(FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most, block, narrow))
+        stream = engine.frontend_per_output_token_s is None
+        found.append(
+            FitRow(b.row, cluster["engine"], family, moe, task, served, gpus > 1, eager, most, block, narrow, stream)
+        )
     return found
 
 
@@ -240,6 +253,8 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
         if r.served:
             params.add(FitParam(r.engine, "frontend_latency"))
+        if r.served and r.stream_fitted:
+            params.add(FitParam(r.engine, "frontend_stream"))
     return sorted(params, key=lambda p: (p.engine or "", p.kind, p.family or ""))
 
 
@@ -302,11 +317,15 @@ def natural(param: FitParam, x: float) -> float:
 
 def solver_start(param: FitParam) -> float:
     """Where every fit starts a parameter: a scale of 1, 1 ms of extra front-end time (or its ceiling's
-    midpoint, where that is lower)."""
+    midpoint, where that is lower; vLLM's cited 50 us of streaming a token)."""
+    if param.kind == "frontend_stream":
+        return STREAM_START_MS
     return min(FRONTEND_START_MS, solver_bounds(param)[1] / 2) if param.kind in FRONTEND_KINDS else 0.0
 
 
 def solver_bounds(param: FitParam) -> tuple[float, float]:
+    if param.kind == "frontend_stream":
+        return 0.0, STREAM_MAX_MS
     if param.kind in FRONTEND_KINDS:
         return 0.0, min(FRONTEND_MAX_MS, param.max_ms)
     return -SCALE_BOUND, SCALE_BOUND
@@ -320,6 +339,8 @@ def within_bounds(param: FitParam, x: float) -> float:
 
 def solver_step(param: FitParam) -> float:
     """The finite-difference step: log units for a scale, milliseconds for front-end time."""
+    if param.kind == "frontend_stream":
+        return STREAM_STEP_MS
     return FRONTEND_STEP_MS if param.kind in FRONTEND_KINDS else STEP
 
 

@@ -501,7 +501,8 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         "tensor_parallel": row.tp,
         "pipeline_parallel": row.pp,
         "engine": engine[0],
-        "frontend": row.load_kind in ("concurrency", "rate"),  # served over HTTP; offline runs call the engine
+        # served over HTTP; offline runs, and harnesses that call the engine in their own process, have no API server
+        "frontend": row.load_kind in ("concurrency", "rate") and "in_process" not in row.features,
         "cuda_graphs": "eager" not in row.features,
     }
     if version is not None:  # kernels the engine gained after this release run slower (kernel_releases)

@@ -78,6 +78,10 @@ class Completions:
         self._waiting[request.request_id] = event
         return event
 
+    def awaited(self, request: Request) -> bool:
+        """Whether a closed-loop user waits for ``request`` to end."""
+        return request.request_id in self._waiting
+
     def notify(self, request: Request) -> None:
         event = self._waiting.pop(request.request_id, None)
         if event is not None:

@@ -125,7 +125,15 @@ def test_front_end_work_is_fitted_within_its_measured_ceiling_and_latency_for_ev
     assert [p.label for p in latencies] == ["sglang.frontend_latency", "vllm-v1.frontend_latency"]
     assert solver_bounds(latencies[1]) == (0.0, corpusfit.FRONTEND_MAX_MS) and prior_weight(latencies[1]) == 0.0
     assert solver_start(latencies[1]) == corpusfit.FRONTEND_START_MS and natural(latencies[1], 20.0) == 0.02
-    engines = engines_with(reference_engines(CATALOGUE), [fronts[0], *latencies], [0.004, 0.02, 0.005])
+    # streaming work a token: only an engine that cites none (vLLM cites 50 us)
+    streams = [p for p in parameters(frows) if p.kind == "frontend_stream"]
+    assert [p.label for p in streams] == ["sglang.frontend_stream"]
+    assert solver_bounds(streams[0]) == (0.0, corpusfit.STREAM_MAX_MS) and solver_start(streams[0]) == 0.05
+    assert natural(streams[0], 0.25) == pytest.approx(0.00025)
+    engines = engines_with(
+        reference_engines(CATALOGUE), [fronts[0], *latencies, streams[0]], [0.004, 0.02, 0.005, 3e-4]
+    )
+    assert engines["sglang"].frontend_fitted_per_output_token_s.value == 3e-4
     assert engines["sglang"].frontend_fitted_per_request_s.value == 0.004
     assert engines["sglang"].frontend_fitted_latency_s.value == 0.02
     assert engines["vllm-v1"].frontend_fitted_latency_s.value == 0.005

@@ -54,6 +54,14 @@ def test_offline_rows_are_queued_at_once_without_a_front_end():
     assert mapping["stop"] == {"max_requests": 1000}  # the benchmark tools' usual 1,000 prompts
 
 
+def test_a_harness_that_calls_the_engine_in_its_own_process_has_no_front_end():
+    """MLPerf's LoadGen, linked into the submitter's harness, hands the engine token IDs: no API server
+    parses, tokenizes or streams, though the load is a rate."""
+    served = build(load_kind="rate", load=2.0).mapping
+    in_process = build(load_kind="rate", load=2.0, features=frozenset({"in_process"})).mapping
+    assert served["cluster"]["frontend"] is True and in_process["cluster"]["frontend"] is False
+
+
 @pytest.mark.parametrize(
     ("changes", "reason"),
     [
