@@ -78,6 +78,7 @@ class FrontEnd:
         self.num_streamed = 0  # completed requests whose tokens it streamed
         self.late_s = 0.0  # how late their last tokens reached their clients, summed
         self.max_late_s = 0.0
+        self.delivered_until_s = 0.0  # when the last of those last tokens reached its client
         # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
         self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
         self._parsing = False  # whether the head of the queue is being parsed
@@ -152,6 +153,7 @@ class FrontEnd:
             self.num_streamed += 1
             self.late_s += late_s
             self.max_late_s = max(self.max_late_s, late_s)
+            self.delivered_until_s = max(self.delivered_until_s, request.finished_at_s)
         self._handed.discard(request.request_id)
         if self._streaming.pop(request.request_id, None) is not None:
             self._streaming_context_tokens -= _mean_context_tokens(request)

@@ -211,7 +211,6 @@ def simulate(
     # ended at their engines, their last tokens not yet at clients that wait for them (a request nobody
     # waits for is recorded when it ends, its times already the client's: no event for its delivery)
     streaming: dict[int, Request] = {}
-    delivered_until_s = [0.0]  # when the last of those recorded at once reaches its client
 
     def on_final(request: Request) -> None:
         front = passed.pop(request.request_id, None)
@@ -220,7 +219,6 @@ def simulate(
             streaming[request.request_id] = request
             clock.timer_at(clock.now + late_s, ARRIVAL_PRIORITY).callbacks.append(lambda _: reached(request))
         else:
-            delivered_until_s[0] = max(delivered_until_s[0], clock.now + late_s)
             reached(request)
         if lifecycle is not None:
             lifecycle.request_ended(request)  # a draining replica may be empty now
@@ -314,7 +312,8 @@ def simulate(
             clock.run()
     if frontends is not None:
         # the clock ran to the horizon; else to its last event, or a last token reaching its client
-        span_s = clock.now if scenario.stop.horizon_s is not None else max(clock.now, delivered_until_s[0])
+        delivered_until_s = max(f.delivered_until_s for f in frontends)
+        span_s = clock.now if scenario.stop.horizon_s is not None else max(clock.now, delivered_until_s)
         log.frontend = frontend_summary(frontends, span_s)
     in_flight = transfers.close() if transfers is not None else []  # in no replica's queue
     in_flight += [r for f in frontends or [] for r in f.close()]  # still in an API server at the horizon
