@@ -16,6 +16,14 @@ Per GPU family, shared by every engine (one factor, pulled towards 1 like an eng
   a few sequences is made of. Only H100 and H200 time theirs (validation/kernels); the other profiles
   borrow those, and the time a kernel launch takes from a captured graph is the GPU's and its driver's.
 
+One engine's on one GPU family, on its own (no shared factor), where rows need it:
+
+- ``weight_only`` (rows whose weights no tensor core of their GPU takes, GPT-OSS's MXFP4 experts on A100s and
+  H100s): their GEMMs against the 16-bit rate. An engine picks these kernels by GPU: vLLM runs MXFP4 experts
+  with Marlin below compute capability 9 and with Triton's ``matmul_ogs`` on Hopper (``get_mxfp4_backend``,
+  vllm/model_executor/layers/quantization/mxfp4.py, v0.10.2-0.11), so one engine-wide scale would slow
+  every other GEMM of the family it is wrong on to fit the other.
+
 Engine-wide, where rows need them:
 
 - ``moe`` (MoE rows): the routed experts' grouped GEMMs against dense GEMMs;
@@ -113,7 +121,9 @@ FITTED_SOURCE = "fitted by `clustersim validate --fit` to the public validation 
 FAMILY_KINDS = ("compute", "memory")  # scales factored into engine x GPU family x their interaction
 GPU_KINDS = ("latency",)  # one GPU family's scale, shared by every engine (a property of the GPU and driver)
 # engine-wide scales, written into every family's block
-ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block", "weight_only")
+ENGINE_KINDS = ("moe", "comm", "comm_latency", "eager", "block")
+# one engine's scale on one GPU family, on its own (no shared factor): kernels an engine picks by GPU
+ENGINE_FAMILY_KINDS = ("weight_only",)
 COMM_KINDS = ("comm", "comm_latency")  # scales of all-reduces: only rows on more than one GPU per replica
 # front-end time per request (milliseconds, not log scales): work (on the one server) and latency (on none),
 # and the engine profile field each is written to
@@ -155,7 +165,7 @@ class FitParam:
         return (
             kind == self.kind
             and self.engine in (None, engine)
-            and (self.family in (None, family) if kind in (*FAMILY_KINDS, *GPU_KINDS) else True)
+            and (self.family in (None, family) if kind in (*FAMILY_KINDS, *GPU_KINDS, *ENGINE_FAMILY_KINDS) else True)
         )
 
     def touches_row(self, row: FitRow) -> bool:
@@ -248,7 +258,7 @@ def parameters(rows: Sequence[FitRow]) -> list[FitParam]:
             if r.block:
                 params.add(FitParam(r.engine, "block"))
             if r.weight_only:
-                params.add(FitParam(r.engine, "weight_only"))
+                params.add(FitParam(r.engine, "weight_only", r.family))
         if r.served and r.frontend_max_ms > 0:
             params.add(FitParam(r.engine, "frontend", max_ms=r.frontend_max_ms))
         if r.served:
@@ -268,7 +278,7 @@ def atom_scales(params: Sequence[FitParam], values: Sequence[float], engine: str
         return {}
     scales = {}
     for family in FAMILIES:
-        for kind in (*FAMILY_KINDS, *GPU_KINDS, *ENGINE_KINDS):
+        for kind in (*FAMILY_KINDS, *GPU_KINDS, *ENGINE_KINDS, *ENGINE_FAMILY_KINDS):
             atom = (engine, family, kind)
             factors = [v for p, v in mine if p.applies(atom)]
             if factors:

@@ -20,6 +20,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.sweeps.backends import default_jobs
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
+    ENGINE_FAMILY_KINDS,
     FAMILIES,
     FIT_FTOL,
     FRONTEND_FIELDS,
@@ -126,7 +127,7 @@ def fit_corpus(
 
             everything = evaluator(scored, "all")
             earlier_all = saved_values(start_from, "all-rows")  # where an earlier all-rows fit ended
-            start = np.asarray([within_bounds(p, earlier_all.get(p.label, solver_start(p))) for p in params])
+            start = np.asarray([within_bounds(p, earlier_value(earlier_all, p)) for p in params])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
             say(f"all rows: {_fold_line(all_rows)}")
             x_all = all_rows.x
@@ -163,8 +164,18 @@ def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow]
     start = x_all.copy()
     for i, param in enumerate(params):
         if _touched(param, held):
-            start[i] = within_bounds(param, (earlier or {}).get(param.label, solver_start(param)))
+            start[i] = within_bounds(param, earlier_value(earlier or {}, param))
     return start
+
+
+def earlier_value(earlier: dict[str, float], param: FitParam) -> float:
+    """Where an earlier fit left ``param`` (solver units), or its start. A scale now fitted per GPU family
+    that the earlier fit had one engine-wide value of starts at that value."""
+    if param.label in earlier:
+        return earlier[param.label]
+    if param.kind in ENGINE_FAMILY_KINDS and param.family is not None:
+        return earlier.get(f"{param.engine}.{param.kind}", solver_start(param))
+    return solver_start(param)
 
 
 def _fold_line(outcome: FitOutcome) -> str:

@@ -29,7 +29,7 @@ from clustersim.validation.corpusfit import (
     solver_start,
     within_bounds,
 )
-from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus
+from clustersim.validation.crossval import _reset, earlier_value, efficiency_yaml, fit_corpus
 from clustersim.validation.fitcache import fit_key
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
@@ -222,21 +222,36 @@ def test_block_scaled_fp8_rows_fit_one_engine_wide_scale_on_their_gemms():
         assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).block_efficiency_scale == pytest.approx(0.5)
 
 
-def test_weights_no_tensor_core_takes_fit_one_engine_wide_weight_only_scale():
+def test_weights_no_tensor_core_take_one_weight_only_scale_per_engine_and_gpu_family():
     rows = [
         dataclasses.replace(BASE, row_id="a-oss-h100", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4"),
+        dataclasses.replace(BASE, row_id="a-oss-h200", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4",
+                            gpu="H200"),
+        dataclasses.replace(BASE, row_id="a-oss-a100", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4",
+                            gpu="A100-80GB"),
         dataclasses.replace(BASE, row_id="a-oss-b200", publisher="a", model="openai/gpt-oss-120b", weight_precision="fp4",
                             gpu="B200"),
         dataclasses.replace(BASE, row_id="a-llama", publisher="a"),
     ]  # fmt: skip
     found = fit_rows([row_scenario(r, CATALOGUE) for r in rows], CATALOGUE)
-    assert [r.weight_only for r in found] == [True, False, False]  # the B200 has FP4 tensor cores
+    assert [r.weight_only for r in found] == [True, True, True, False, False]  # the B200 has FP4 tensor cores
     narrow = [p for p in parameters(found) if p.kind == "weight_only"]
-    assert [p.label for p in narrow] == ["vllm-v1.weight_only"]
-    assert [r.row.row_id for r in found if narrow[0].touches_row(r)] == ["a-oss-h100"]
-    engine = engines_with(reference_engines(CATALOGUE), narrow, [0.4])["vllm-v1"]
-    for gpu in ("A100-80GB", "H100-SXM"):  # written into every family's block
-        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).weight_only_compute_scale == pytest.approx(0.4)
+    assert [p.label for p in narrow] == ["vllm-v1.weight_only.ampere", "vllm-v1.weight_only.hopper"]
+    assert [r.row.row_id for r in found if narrow[0].touches_row(r)] == ["a-oss-a100"]
+    assert [r.row.row_id for r in found if narrow[1].touches_row(r)] == ["a-oss-h100", "a-oss-h200"]
+    engine = engines_with(reference_engines(CATALOGUE), narrow, [0.6, 0.4])["vllm-v1"]
+    for gpu, scale in (("A100-80GB", 0.6), ("H100-SXM", 0.4), ("H200", 0.4)):  # each family's own
+        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).weight_only_compute_scale == pytest.approx(scale)
+
+
+def test_a_scale_now_fitted_per_family_starts_at_the_engine_wide_value_an_earlier_fit_reached():
+    hopper, ampere = FitParam("vllm-v1", "weight_only", "hopper"), FitParam("vllm-v1", "weight_only", "ampere")
+    earlier = {"vllm-v1.weight_only": -0.6, "vllm-v1.weight_only.ampere": -0.2, "trtllm.weight_only": -0.7}
+    assert earlier_value(earlier, hopper) == -0.6  # migrated from the engine-wide value
+    assert earlier_value(earlier, ampere) == -0.2  # its own, where the earlier fit had one
+    assert earlier_value({}, hopper) == 0.0  # no earlier fit: a scale of 1
+    # a family factor of a shared kind is not an engine-wide scale's: it keeps its own start
+    assert earlier_value({"vllm-v1.compute": -0.3}, FitParam("vllm-v1", "compute", "hopper")) == 0.0
 
 
 class _ClosedForm:
