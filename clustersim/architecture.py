@@ -319,6 +319,13 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
+def _weight_only_rate(engine: EngineProfile, family: str | None, fitted: Cited[float] | None) -> float:
+    """The compute rate of ``engine``'s weight-only GEMMs on ``family`` against its 16-bit ones: the rate its
+    kernels' benchmark measured (``weight_only_rate_frac``; 1 where none is cited) times the fitted scale."""
+    cited = (engine.weight_only_rate_frac or {}).get(family) if family is not None else None  # type: ignore[call-overload]
+    return (cited.value if cited is not None else 1.0) * (fitted.value if fitted is not None else 1.0)
+
+
 def _scaled_engine_spec(engine: EngineSpec, scales: EfficiencyScales, link_latency_s: float) -> EngineSpec:
     """``engine`` with the fitted scales that act on its own times: ``comm_latency_scale`` on its
     all-reduce latency (the GPU's link latency where it has none), ``eager_launch_scale`` on its eager
@@ -531,7 +538,7 @@ class GpuSpec:
             prefill_attention_latency_s=spec.prefill_attention_latency_s * latency,
             moe_efficiency_scale=scales.moe_scale.value if scales.moe_scale is not None else 1.0,
             block_efficiency_scale=scales.block_scale.value if scales.block_scale is not None else 1.0,
-            weight_only_compute_scale=scales.weight_only_scale.value if scales.weight_only_scale is not None else 1.0,
+            weight_only_compute_scale=_weight_only_rate(engine, family, scales.weight_only_scale),
             engine=_scaled_engine_spec(engine_spec, scales, spec.interconnect_latency_s),
         )
 

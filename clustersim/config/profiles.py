@@ -318,6 +318,10 @@ class EngineProfile(_Physical):
     hybrid allocator do): 0 where the engine frees the blocks that slid out of the window (vLLM V1's
     hybrid KV cache manager), 0.8 where the window layers get a pool of 0.8 times the full layers' tokens
     (SGLang's ``--swa-full-tokens-ratio``).
+    ``weight_only_rate_frac``: by GPU family, the compute rate of the engine's weight-only kernels (weights
+    narrower than any tensor-core path of the GPU, dequantized inside the kernel: Marlin, Triton's
+    ``matmul_ogs``) as a fraction of its 16-bit GEMMs' at the same shape, as a kernel benchmark measured it
+    (absent: 1); the fitted ``weight_only_scale`` multiplies it.
     ``scheduler`` and ``kv``: the engine's defaults for the scenario sections of those names, used where
     the scenario leaves a field unset (``scheduler_small_gpu`` instead of ``scheduler`` on A100s and GPUs under 70 GiB).
     """
@@ -353,6 +357,7 @@ class EngineProfile(_Physical):
     frontend_per_output_token_s: Cited[float] | None = None
     frontend_fitted_per_output_token_s: Cited[float] | None = None
     sliding_window_kv_share: Cited[float] | None = None
+    weight_only_rate_frac: dict[GpuFamily, Cited[float]] | None = None
     scheduler: EngineSchedulerDefaults | None = None
     scheduler_small_gpu: EngineSchedulerDefaults | None = None  # A100s and GPUs under 70 GiB (vLLM's rule)
     kv: EngineKVDefaults | None = None
@@ -371,6 +376,14 @@ class EngineProfile(_Physical):
         if cited is not None and not 0.0 <= cited.value <= 1.0:
             raise ValueError(f"{cited.value} must be within 0..1")
         return cited
+
+    @field_validator("weight_only_rate_frac")
+    @classmethod
+    def _rates(cls, rates: dict[GpuFamily, Cited[float]] | None) -> dict[GpuFamily, Cited[float]] | None:
+        for family, cited in (rates or {}).items():
+            if not 0.0 < cited.value <= 1.0:
+                raise ValueError(f"{family}: {cited.value} must be within (0, 1]")
+        return rates
 
     @field_validator("frontend_fitted_max_per_request_s")
     @classmethod

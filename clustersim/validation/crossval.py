@@ -7,9 +7,10 @@ report). :func:`write_efficiency` puts the fitted scales into the engine profile
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.profiles import EngineProfile
 from clustersim.sweeps.backends import default_jobs
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
@@ -125,9 +127,11 @@ def fit_corpus(
                                   lambda: fit(ev, x0, active, iterations, progress(name), every),
                                   [p.label for p in params])  # fmt: skip
 
+            def earlier(name: str) -> dict[str, float]:  # where an earlier fit of that name ended
+                return migrated(saved_values(start_from, name), params, base)
+
             everything = evaluator(scored, "all")
-            earlier_all = saved_values(start_from, "all-rows")  # where an earlier all-rows fit ended
-            start = np.asarray([within_bounds(p, earlier_value(earlier_all, p)) for p in params])
+            start = np.asarray([within_bounds(p, earlier("all-rows").get(p.label, solver_start(p))) for p in params])
             all_rows = solve("all-rows", frows, start, list(range(len(params))), max_iterations, 1)
             say(f"all rows: {_fold_line(all_rows)}")
             x_all = all_rows.x
@@ -138,7 +142,7 @@ def fit_corpus(
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in scored if r.row.publisher == publisher]
                 fitted_held = [r for r in held if r.row.gpu_doubt is None]
-                fold_start = _reset(params, x_all, fitted_held, saved_values(start_from, f"without-{publisher}"))
+                fold_start = _reset(params, x_all, fitted_held, earlier(f"without-{publisher}"))
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 x_fold = fold_start  # the all-rows fit's, where every held-out row is in doubt (none fitted)
                 if active and fitted_held:
@@ -164,18 +168,24 @@ def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow]
     start = x_all.copy()
     for i, param in enumerate(params):
         if _touched(param, held):
-            start[i] = within_bounds(param, earlier_value(earlier or {}, param))
+            start[i] = within_bounds(param, (earlier or {}).get(param.label, solver_start(param)))
     return start
 
 
-def earlier_value(earlier: dict[str, float], param: FitParam) -> float:
-    """Where an earlier fit left ``param`` (solver units), or its start. A scale now fitted per GPU family
-    that the earlier fit had one engine-wide value of starts at that value."""
-    if param.label in earlier:
-        return earlier[param.label]
-    if param.kind in ENGINE_FAMILY_KINDS and param.family is not None:
-        return earlier.get(f"{param.engine}.{param.kind}", solver_start(param))
-    return solver_start(param)
+def migrated(earlier: dict[str, float], params: Sequence[FitParam],
+             engines: Mapping[str, EngineProfile]) -> dict[str, float]:  # fmt: skip
+    """``earlier`` (an earlier fit's values by label) with a value for each scale now fitted per GPU family
+    that the earlier fit had one engine-wide value of: that value, less the log of the rate the engine
+    now cites for that family's kernels (``weight_only_rate_frac``), so the family starts at the rate the
+    earlier fit reached."""
+    found = dict(earlier)
+    for param in params:
+        wide = f"{param.engine}.{param.kind}"
+        if param.kind in ENGINE_FAMILY_KINDS and param.label not in found and wide in earlier:
+            rates = engines[param.engine or ""].weight_only_rate_frac or {}
+            cited = rates.get(param.family) if param.family is not None else None  # type: ignore[call-overload]
+            found[param.label] = earlier[wide] - math.log(cited.value if cited is not None else 1.0)
+    return found
 
 
 def _fold_line(outcome: FitOutcome) -> str:

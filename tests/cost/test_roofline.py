@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from clustersim.architecture import EngineSpec, GpuSpec, ModelShape, weight_bytes_per_gpu
 from clustersim.config.catalogue import Catalogue
 from clustersim.config.loader import LoadedScenario, scenario_from_mapping
-from clustersim.config.profiles import engine_scales
+from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, engine_scales
 from clustersim.cost import RooflineCostModel, StepBatch, UnitCostModel, price_step
 from clustersim.cost.ops import expected_experts_touched, mlp_gemms, moe_experts_work
 from clustersim.cost.pipeline import PipelinedCostModel
@@ -630,6 +630,29 @@ def test_weights_no_tensor_core_takes_run_at_the_engines_weight_only_compute_rat
     assert price_step(prefill, oss, b200_half, 1).op("moe").time_s == price_step(prefill, oss, b200, 1).op("moe").time_s
     llama = ModelShape.from_profile(catalogue.model("Llama-3.1-8B"))
     assert price_step(prefill, llama, half, 1).duration_s == price_step(prefill, llama, h100, 1).duration_s
+
+
+def test_a_cited_weight_only_kernel_rate_times_the_fitted_scale_is_the_rate_a_family_runs_at():
+    """An engine's ``weight_only_rate_frac`` (a kernel benchmark's rate against 16-bit GEMMs) is the
+    family's own; the fitted ``weight_only_scale`` multiplies it; a family without one runs at the fitted
+    scale alone, and a bad rate is refused naming the family."""
+    catalogue = Catalogue.builtin()
+    fitted = EfficiencyScales(weight_only_scale=Cited[float](value=0.8, source="test"))
+    engine = catalogue.engine("vllm-v1").model_copy(
+        update={
+            "efficiency": {"ampere": fitted, "hopper": fitted},
+            "weight_only_rate_frac": {"ampere": Cited[float](value=0.6, source="test")},
+        }
+    )
+    a100 = GpuSpec.from_profiles(catalogue.hardware("A100-80GB"), engine)
+    h100 = GpuSpec.from_profiles(catalogue.hardware("H100-SXM"), engine)
+    assert a100.weight_only_compute_scale == pytest.approx(0.48)
+    assert h100.weight_only_compute_scale == pytest.approx(0.8)
+    bare = engine.model_copy(update={"efficiency": None})
+    assert GpuSpec.from_profiles(catalogue.hardware("A100-80GB"), bare).weight_only_compute_scale == pytest.approx(0.6)
+    raw = catalogue.engine("vllm-v1").model_dump(mode="json", exclude_none=True)
+    with pytest.raises(ValueError, match=r"hopper: 1\.5 must be within"):
+        EngineProfile.model_validate({**raw, "weight_only_rate_frac": {"hopper": {"value": 1.5, "source": "a test"}}})
 
 
 def test_a_compiled_engine_launches_an_ungraphed_step_from_its_compiled_code():

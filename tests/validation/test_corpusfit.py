@@ -11,6 +11,7 @@ import pytest
 
 from clustersim.architecture import GpuSpec
 from clustersim.config.catalogue import Catalogue
+from clustersim.config.profiles import Cited
 from clustersim.validation import corpusfit
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import (
@@ -29,7 +30,7 @@ from clustersim.validation.corpusfit import (
     solver_start,
     within_bounds,
 )
-from clustersim.validation.crossval import _reset, earlier_value, efficiency_yaml, fit_corpus
+from clustersim.validation.crossval import _reset, efficiency_yaml, fit_corpus, migrated
 from clustersim.validation.fitcache import fit_key
 from clustersim.validation.predict import candidate_root, predict_all
 from clustersim.validation.rowscenario import row_scenario
@@ -240,18 +241,32 @@ def test_weights_no_tensor_core_take_one_weight_only_scale_per_engine_and_gpu_fa
     assert [r.row.row_id for r in found if narrow[0].touches_row(r)] == ["a-oss-a100"]
     assert [r.row.row_id for r in found if narrow[1].touches_row(r)] == ["a-oss-h100", "a-oss-h200"]
     engine = engines_with(reference_engines(CATALOGUE), narrow, [0.6, 0.4])["vllm-v1"]
-    for gpu, scale in (("A100-80GB", 0.6), ("H100-SXM", 0.4), ("H200", 0.4)):  # each family's own
-        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).weight_only_compute_scale == pytest.approx(scale)
+    cited = {family: rate.value for family, rate in (engine.weight_only_rate_frac or {}).items()}
+    for gpu, family, scale in (("A100-80GB", "ampere", 0.6), ("H100-SXM", "hopper", 0.4), ("H200", "hopper", 0.4)):
+        # each family's own, times the rate the engine cites for its kernels there
+        expected = scale * cited.get(family, 1.0)
+        assert GpuSpec.from_profiles(CATALOGUE.hardware(gpu), engine).weight_only_compute_scale == pytest.approx(
+            expected
+        )
 
 
-def test_a_scale_now_fitted_per_family_starts_at_the_engine_wide_value_an_earlier_fit_reached():
-    hopper, ampere = FitParam("vllm-v1", "weight_only", "hopper"), FitParam("vllm-v1", "weight_only", "ampere")
-    earlier = {"vllm-v1.weight_only": -0.6, "vllm-v1.weight_only.ampere": -0.2, "trtllm.weight_only": -0.7}
-    assert earlier_value(earlier, hopper) == -0.6  # migrated from the engine-wide value
-    assert earlier_value(earlier, ampere) == -0.2  # its own, where the earlier fit had one
-    assert earlier_value({}, hopper) == 0.0  # no earlier fit: a scale of 1
-    # a family factor of a shared kind is not an engine-wide scale's: it keeps its own start
-    assert earlier_value({"vllm-v1.compute": -0.3}, FitParam("vllm-v1", "compute", "hopper")) == 0.0
+def test_a_scale_now_fitted_per_family_starts_at_the_rate_an_earlier_engine_wide_fit_reached():
+    params = [FitParam("vllm-v1", "weight_only", "hopper"), FitParam("vllm-v1", "weight_only", "ampere"),
+              FitParam("trtllm", "weight_only", "hopper"), FitParam("vllm-v1", "compute", "hopper")]  # fmt: skip
+    engines = reference_engines(CATALOGUE)
+    vllm = engines["vllm-v1"].model_copy(
+        update={"weight_only_rate_frac": {"hopper": Cited[float](value=0.5, source="a test")}}
+    )
+    earlier = {"vllm-v1.weight_only": -0.6, "vllm-v1.weight_only.ampere": -0.2, "trtllm.weight_only": -0.7,
+               "vllm-v1.compute": -0.3}  # fmt: skip
+    found = migrated(earlier, params, {**engines, "vllm-v1": vllm})
+    # the earlier rate (e^-0.6) over the cited 0.5: the family starts at the rate the earlier fit reached
+    assert found["vllm-v1.weight_only.hopper"] == pytest.approx(-0.6 - math.log(0.5))
+    assert found["vllm-v1.weight_only.ampere"] == -0.2  # its own, where the earlier fit had one
+    assert found["trtllm.weight_only.hopper"] == -0.7  # no cited rate: the earlier value as it is
+    # a family factor of a shared kind is not an engine-wide scale's: it gets no value
+    assert "vllm-v1.compute.hopper" not in found
+    assert migrated({}, params, engines) == {}
 
 
 class _ClosedForm:
