@@ -382,6 +382,7 @@ class EngineSpec:
     frontend_per_prompt_token_s: float = 0.0
     frontend_per_output_token_s: float = 0.0
     frontend_latency_s: float = 0.0  # a request's passage through it beyond its work (EngineProfile)
+    frontend_tokenize_after_queued: bool = False  # tokenizing waits for the parses queued (EngineProfile)
     sliding_window_kv_share: float = 1.0  # KV a sliding-window layer keeps per token (EngineProfile)
 
     @classmethod
@@ -414,6 +415,9 @@ class EngineSpec:
             frontend_per_output_token_s=opt(engine.frontend_per_output_token_s)
             + opt(engine.frontend_fitted_per_output_token_s),
             frontend_latency_s=opt(engine.frontend_fitted_latency_s),
+            frontend_tokenize_after_queued=bool(
+                engine.frontend_tokenize_after_queued and engine.frontend_tokenize_after_queued.value
+            ),
             sliding_window_kv_share=opt(share) if (share := engine.sliding_window_kv_share) is not None else 1.0,
         )
 

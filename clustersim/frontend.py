@@ -28,6 +28,20 @@ work waiting when it was made (its own included) and its last after the work wai
 its own), so its client-side TTFT, TPOT and end include the wait, and a closed-loop user sends its
 next request when its last token arrives; the engine's steps and inter-token gaps do not.
 
+Where the engine hands a request over only after the parses queued before it (``tokenize_after_queued``),
+a request's work is two visits to the server: its parse (``per_request_s``: reading the request, rendering
+its chat template) and, joining the back of the queue when the parse ends, its tokenizing and hand-off
+(``per_prompt_token_s`` for each prompt token). A burst sent at once is then parsed whole before any of
+it is tokenized and handed over, where parsing and tokenizing each request in turn would hand the first
+over after one request's work. vLLM's API server does this in every release read, 0.10.2 to 0.19: in
+0.11 the chat template is rendered on the event loop (serving_engine.py ``_preprocess_chat``, chat_utils.py
+``apply_hf_chat_template``) and the first point where a request's coroutine yields is its tokenizing
+(``AsyncMicrobatchTokenizer``, its own one-thread executor), whose batcher wakes only after the
+handlers queued before it have rendered; process_inputs and the send to the engine core follow on the
+loop, as the response starts streaming. From 0.19 (PR #34789) the render runs on the renderer's one-thread
+pool (``--renderer-num-workers``), and the tokenizing is queued on the same pool behind every render
+submitted before it.
+
 Beyond its work, a request may spend ``latency_s`` in passage that occupies no server: the HTTP
 round trip and the hand-offs between the server's processes (vLLM's API server and engine core, SGLang's
 tokenizer manager, scheduler and detokenizer, each a ZMQ hop), which many requests make at once. A
@@ -64,8 +78,10 @@ class FrontEnd:
         per_output_token_s: float,
         per_prompt_token_s: float = 0.0,
         latency_s: float = 0.0,
+        tokenize_after_queued: bool = False,
     ) -> None:
         self.clock = clock
+        self.tokenize_after_queued = tokenize_after_queued
         self.per_request_s = per_request_s
         self.latency_s = latency_s
         self.per_output_token_s = per_output_token_s
@@ -79,8 +95,10 @@ class FrontEnd:
         self.late_s = 0.0  # how late their last tokens reached their clients, summed
         self.max_late_s = 0.0
         self.delivered_until_s = 0.0  # when the last of those last tokens reached its client
-        # in the front end now, not yet delivered, with where each goes and when it arrived; head: parsing now
-        self._waiting: deque[tuple[Request, Callable[[Request], None], float]] = deque()
+        # in the front end now, not yet delivered, with where each goes, when it arrived and whether its parse
+        # is done (its tokenizing waits: tokenize_after_queued); head: being worked on now
+        self._waiting: deque[tuple[Request, Callable[[Request], None], float, bool]] = deque()
+        self._handing_over = False  # in the loop that hands requests over and starts the next
         self._parsing = False  # whether the head of the queue is being parsed
         self._parse_left_s = 0.0  # the head's parse work not done by _parse_since_s
         self._parse_since_s = 0.0
@@ -204,16 +222,22 @@ class FrontEnd:
     def submit(self, request: Request, deliver: Callable[[Request], None]) -> None:
         """Pass ``request`` through the front end, then ``deliver`` it to the replica."""
         self.num_requests += 1
-        self._waiting.append((request, deliver, self.clock.now))
+        self._waiting.append((request, deliver, self.clock.now, False))
         if not self._parsing:  # the server was idle: it starts on this one now
             self._start()
 
     def _start(self) -> None:
-        """Start parsing the request at the head of the queue."""
-        request = self._waiting[0][0]
+        """Start on the request at the head of the queue: its parse (and tokenizing, unless that waits
+        for the parses queued behind it), or its tokenizing."""
+        request, _, _, parsed = self._waiting[0]
         self._parsing = True
-        work_s = self.per_request_s + self.per_prompt_token_s * request.prompt_tokens
-        self.busy_s += work_s + self.per_output_token_s * request.output_tokens
+        tokenize_s = self.per_prompt_token_s * request.prompt_tokens
+        if parsed:
+            work_s = tokenize_s
+            self.busy_s += work_s
+        else:
+            work_s = self.per_request_s + (0.0 if self.tokenize_after_queued else tokenize_s)
+            self.busy_s += work_s + self.per_output_token_s * request.output_tokens
         self._parse_left_s, self._parse_since_s = work_s, self.clock.now
         if self.per_output_token_s > 0.0:
             self.lag.change(self.clock.now, self._inflow, MAX_STREAMING_SHARE)  # streaming shares the server
@@ -238,22 +262,28 @@ class FrontEnd:
             self._hand_over()
 
     def _hand_over(self) -> None:
-        """The head request is parsed: deliver it (after its passage's latency), then start on the next one
-        waiting."""
-        request, deliver, arrived_s = self._waiting.popleft()
+        """The head request's work is done: deliver it (after its passage's latency), or queue its
+        tokenizing behind the parses waiting; then start on the next one waiting."""
+        request, deliver, arrived_s, parsed = self._waiting.popleft()
         self._parsing = False
         self._parse_ready_s = math.inf
         if self.per_output_token_s > 0.0:
             self.lag.change(self.clock.now, self._inflow, 1.0)  # streaming has the server to itself
-        if self.latency_s > 0.0:
+        if self.tokenize_after_queued and not parsed:
+            self._waiting.append((request, deliver, arrived_s, True))
+        elif self.latency_s > 0.0:
             self._in_passage[request.request_id] = request
             self.clock.timer_at(self.clock.now + self.latency_s, ARRIVAL_PRIORITY).callbacks.append(
                 lambda _: self._deliver(request, deliver, arrived_s)
             )
         else:
             self._deliver(request, deliver, arrived_s)
-        if self._waiting and not self._parsing:
+        if self._handing_over:  # work done at once inside the loop below: it starts the next
+            return
+        self._handing_over = True
+        while self._waiting and not self._parsing:
             self._start()
+        self._handing_over = False
 
     def _deliver(self, request: Request, deliver: Callable[[Request], None], arrived_s: float) -> None:
         self._in_passage.pop(request.request_id, None)
@@ -266,7 +296,7 @@ class FrontEnd:
 
     def close(self) -> list[Request]:
         """The clock stopped: the requests still in the front end, in no replica's queue (unfinished)."""
-        return [request for request, _, _ in self._waiting] + list(self._in_passage.values())
+        return [request for request, _, _, _ in self._waiting] + list(self._in_passage.values())
 
 
 def _mean_context_tokens(request: Request) -> float:

@@ -168,6 +168,7 @@ def make_frontends(plan: RunPlan, clock: Clock) -> list[FrontEnd] | None:
             e.frontend_per_output_token_s,
             e.frontend_per_prompt_token_s,
             e.frontend_latency_s,
+            e.frontend_tokenize_after_queued,
         )
         for e in (g.gpu.engine for g in plan.replica_groups())
     ]

@@ -380,3 +380,57 @@ def test_a_closed_loop_user_sends_again_when_its_last_token_arrives(run_mapping,
         rows = read_requests(run_mapping({**mapping, "simulation": {"fast_forward": fast}}))
         assert [r["arrival_at_s"] for r in rows[1:]] == pytest.approx([r["finished_at_s"] for r in rows[:-1]])
         assert rows[0]["finished_at_s"] == pytest.approx(rows[0]["first_token_at_s"] + 499 * 0.01)
+
+
+@pytest.fixture
+def two_visit_engine(tmp_path):
+    """0.5 s to parse a request, 0.1 s a prompt token to tokenize it, no streaming work; with the
+    tokenizing queued behind the parses waiting (``frontend_tokenize_after_queued``) or not."""
+
+    def write(after_queued: bool) -> str:
+        engine = Catalogue.builtin().engine("vllm-v1").model_dump(mode="json", exclude_none=True)
+        name = f"two-visit-{after_queued}".lower()
+        engine.update(name=name, aliases=[])
+        for field in ("frontend_fitted_per_request_s", "frontend_fitted_latency_s", "frontend_per_output_token_s"):
+            engine.pop(field, None)
+        engine["frontend_per_request_s"] = {"value": 0.5, "source": "test: 0.5 s per request"}
+        engine["frontend_per_prompt_token_s"] = {"value": 0.1, "source": "test: 0.1 s per prompt token"}
+        engine["frontend_tokenize_after_queued"] = {"value": after_queued, "source": "test: the rule or not"}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(engine))
+        return f"{name}.yaml"
+
+    return write
+
+
+@pytest.mark.parametrize(
+    ("arrivals_s", "after_queued", "handed_s"),
+    [
+        # a burst: each request parsed (0.5 s) and tokenized (4 x 0.1 s) in turn ...
+        ([0.0] * 4, False, [0.9, 1.8, 2.7, 3.6]),
+        # ... or every parse first, then the tokenizing, in arrival order: the last is handed over as late
+        ([0.0] * 4, True, [2.4, 2.8, 3.2, 3.6]),
+        # request 2, sent at 0.7 s, is queued behind request 0's tokenizing (queued at 0.5 s) and before
+        # request 1's (queued when its parse ends at 1.0 s): 0 tokenized 1.0-1.4, 2 parsed 1.4-1.9, 1 tokenized
+        # 1.9-2.3, 2 tokenized 2.3-2.7
+        ([0.0, 0.0, 0.7], True, [1.4, 2.3, 2.7]),
+        # one request alone: the same either way
+        ([0.0], True, [0.9]),
+    ],
+)
+def test_a_request_is_tokenized_after_the_parses_queued_when_its_own_ended(
+    run_mapping, two_visit_engine, arrivals_s, after_queued, handed_s
+):
+    mapping = scenario(two_visit_engine(after_queued))
+    requests = [{"arrival_at_s": t, "prompt_tokens": 4, "output_tokens": 2} for t in arrivals_s]
+    mapping["workload"]["tenants"][0]["arrival"]["requests"] = requests
+    found = []
+    for fast in (True, False):
+        run = run_mapping({**mapping, "simulation": {"fast_forward": fast}})
+        rows = read_requests(run)
+        found.append(rows)
+        assert [r["first_scheduled_at_s"] for r in rows] == pytest.approx(handed_s, abs=1e-9)
+        # the server's work is the same either way: 0.5 + 0.4 s a request
+        assert run.summary["frontend"]["mean_busy_frac"] * run.summary["makespan_s"] == pytest.approx(
+            0.9 * len(arrivals_s)
+        )
+    assert found[0] == found[1]

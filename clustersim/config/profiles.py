@@ -310,6 +310,10 @@ class EngineProfile(_Physical):
     requests it carried there (0: the cited costs already fill it, and nothing is fitted).
     ``frontend_fitted_per_output_token_s``: the streaming work per output token the same fit finds, for an
     engine that cites none (added to ``frontend_per_output_token_s`` where both are given).
+    ``frontend_tokenize_after_queued``: a request's prompt is tokenized only after the parses of the
+    requests waiting when its own parse ended (its tokenizing joins the back of the server's queue), so
+    a burst is parsed whole before any of it is tokenized and handed over; otherwise each request is
+    parsed and tokenized in turn (:mod:`clustersim.frontend`).
     ``frontend_fitted_latency_s`` is the time a request spends passing the front end beyond its work, as
     the same fit finds it: latency, which occupies no server (the HTTP round trip, the hand-offs between
     the server's processes), so requests sent together pass it together.
@@ -356,6 +360,7 @@ class EngineProfile(_Physical):
     frontend_per_prompt_token_s: Cited[float] | None = None
     frontend_per_output_token_s: Cited[float] | None = None
     frontend_fitted_per_output_token_s: Cited[float] | None = None
+    frontend_tokenize_after_queued: Cited[bool] | None = None
     sliding_window_kv_share: Cited[float] | None = None
     weight_only_rate_frac: dict[GpuFamily, Cited[float]] | None = None
     scheduler: EngineSchedulerDefaults | None = None
