@@ -142,7 +142,7 @@ def fit_corpus(
                 train = [r for r in frows if r.row.publisher != publisher]
                 held = [r for r in scored if r.row.publisher == publisher]
                 fitted_held = [r for r in held if r.row.gpu_doubt is None]
-                fold_start = _reset(params, x_all, fitted_held, earlier(f"without-{publisher}"))
+                fold_start = _reset(params, x_all, fitted_held, earlier(f"without-{publisher}"), train)
                 active = [i for i, p in enumerate(params) if _touched(p, train)]
                 x_fold = fold_start  # the all-rows fit's, where every held-out row is in doubt (none fitted)
                 if active and fitted_held:
@@ -162,13 +162,18 @@ def fit_corpus(
 
 
 def _reset(params: Sequence[FitParam], x_all: np.ndarray, held: Sequence[FitRow],
-           earlier: dict[str, float] | None = None) -> np.ndarray:  # fmt: skip
+           earlier: dict[str, float] | None = None, train: Sequence[FitRow] | None = None) -> np.ndarray:  # fmt: skip
     """A fold's start: the all-rows fit, with every parameter the held-out rows touch back at its start,
-    or at its value in ``earlier`` (where an earlier fit without the same rows ended)."""
+    or at its value in ``earlier`` (where an earlier fit without the same rows ended). A parameter none of
+    the fold's own rows (``train``) touches stays at its start: the fold does not fit it, and an earlier
+    value of it rests on rows it no longer has (a scale now fitted per GPU family that an earlier fit had
+    one engine-wide value of, migrated from rows of another family)."""
     start = x_all.copy()
     for i, param in enumerate(params):
         if _touched(param, held):
-            start[i] = within_bounds(param, (earlier or {}).get(param.label, solver_start(param)))
+            fitted = train is None or _touched(param, train)
+            value = (earlier or {}).get(param.label, solver_start(param)) if fitted else solver_start(param)
+            start[i] = within_bounds(param, value)
     return start
 
 

@@ -419,6 +419,16 @@ def test_a_fold_restarts_what_its_left_out_rows_touch_from_an_earlier_fold_never
         else:
             assert cold == started == solver_start(param)  # touched, not named by the earlier fold
     assert warm[[p.label for p in params].index("all.compute.ampere")] == 0.5  # b's, not reset for a's fold
+    # with the fold's own rows named: what none of them touches (the H100 factors, only a's) stays at its
+    # start, whatever an earlier fold left it at; what they touch starts where that fold ended
+    train = [r for r in frows if r.row.publisher == "b"]
+    earlier = {"all.compute.hopper": -0.2, "vllm-v1.compute": 0.3}
+    own = _reset(params, x_all, held, earlier, train)
+    for param, value in zip(params, own, strict=True):
+        if param.label == "vllm-v1.compute":  # a's and b's: the fold fits it, from the earlier fold's value
+            assert value == 0.3
+        elif param.touches_row(held[0]):
+            assert value == solver_start(param)
 
 
 def test_a_run_of_few_requests_is_scored_on_its_medians_and_the_fit_uses_the_same_metric():
