@@ -87,6 +87,7 @@ from clustersim.config.catalogue import Catalogue
 from clustersim.config.profiles import Cited, EfficiencyScales, EngineProfile, GpuFamily
 from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.predict import Prediction, RowTask, candidate_root, predict_all, task_of
+from clustersim.validation.rowmemo import RowMemo
 from clustersim.validation.rowscenario import RowScenario
 from clustersim.validation.runcorpus import METRIC_KINDS, metric_order
 
@@ -404,13 +405,17 @@ class Evaluator:
     evaluation's own highest rate meeting the bounds would multiply the fit's runs, and holding rows at
     rates searched with other scales feeds those scales back: rates a fast start sustained, held while
     the fit slows the engine, queue without bound, so the fit is pushed back towards the start.
-    ``predict(..., search=True)`` runs them at the rate that meets the bounds (the predictions reported)."""
+    ``predict(..., search=True)`` runs them at the rate that meets the bounds (the predictions reported).
+    With a ``memo`` (shared by the fits of one refit), a row is run only where the values its simulation
+    reads differ from every run the memo keeps (:mod:`clustersim.validation.rowmemo`)."""
 
     def __init__(self, rows: Sequence[FitRow], params: Sequence[FitParam], base: Mapping[str, EngineProfile],
-                 catalogue_root: Path, pool: Executor | None, scratch: Path) -> None:  # fmt: skip
+                 catalogue_root: Path, pool: Executor | None, scratch: Path,
+                 memo: RowMemo | None = None) -> None:  # fmt: skip
         self.rows, self.params, self.base = list(rows), list(params), base
         self.root, self.pool, self.scratch = catalogue_root, pool, scratch
         self.cache: dict[tuple[float, ...], dict[str, Prediction | None]] = {}
+        self.memo = memo
         self.num_runs = 0
 
     def predict(self, x: NDArray[np.float64], only: Sequence[FitRow] | None = None,
@@ -420,14 +425,49 @@ class Evaluator:
         if only is None and not search and key in self.cache:
             return self.cache[key]
         values = [natural(p, v) for p, v in zip(self.params, x, strict=True)]
-        engines = engines_with(self.base, self.params, values, offsets)
-        root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
         todo = only if only is not None else self.rows
+        keys = self._row_keys(todo, values, offsets, search)
+        found: dict[str, Prediction | None] = {}
+        for r in todo:
+            kept, prediction = self.memo.lookup(keys[r.row.row_id]) if self.memo is not None else (False, None)
+            if kept:
+                found[r.row.row_id] = prediction
+        missing = [r for r in todo if r.row.row_id not in found]
+        ran: dict[str, Prediction | None] = {}
+        if missing:
+            engines = engines_with(self.base, self.params, values, offsets)
+            root = candidate_root(self.root, engines, self.scratch / f"candidate-{self.num_runs}")
+            ran = predict_all([_task(r, search) for r in missing], root, self.pool)
         self.num_runs += 1
-        found = predict_all([_task(r, search) for r in todo], root, self.pool)
+        for r in missing:
+            found[r.row.row_id] = ran[r.row.row_id]
+            if self.memo is not None:
+                self.memo.keep(keys[r.row.row_id], ran[r.row.row_id])
+        found = {r.row.row_id: found[r.row.row_id] for r in todo}  # in the rows' order, as a run gives them
         if only is None and not search:
             self.cache[key] = found
         return found
+
+    def _row_keys(self, rows: Sequence[FitRow], values: Sequence[float], offsets: Mapping[Atom, float] | None,
+                  search: bool) -> dict[str, tuple[Any, ...]]:  # fmt: skip
+        """Each row's memo key: the row, how it is run, and the values its simulation reads (its engine's
+        scales on its GPU family and, served, that engine's front-end times)."""
+        if self.memo is None:
+            return {}
+        by_engine: dict[str, tuple[dict[Atom, float], tuple[tuple[str, float], ...]]] = {}
+        for engine in {r.engine for r in rows}:
+            frontend = tuple(
+                (p.kind, v) for p, v in zip(self.params, values, strict=True)
+                if p.kind in FRONTEND_KINDS and p.engine == engine
+            )  # fmt: skip
+            by_engine[engine] = (atom_scales(self.params, values, engine, offsets), frontend)
+        keys = {}
+        for r in rows:
+            scales, frontend = by_engine[r.engine]
+            mine = tuple(sorted((kind, v) for (_, family, kind), v in scales.items() if family == r.family))
+            served = frontend if r.served else ()  # a row run without its front end reads none of it
+            keys[r.row.row_id] = (r.row.row_id, search and r.task.p99_bounds_ms is not None, mine, served)
+        return keys
 
 
 def _task(row: FitRow, search: bool) -> RowTask:

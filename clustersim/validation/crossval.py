@@ -44,6 +44,7 @@ from clustersim.validation.corpusfit import (
 )
 from clustersim.validation.fitcache import cached_fit, fit_key, saved_values
 from clustersim.validation.predict import Prediction
+from clustersim.validation.rowmemo import RUNS_PER_ROW, RowMemo
 from clustersim.validation.rowscenario import row_scenario
 from clustersim.validation.runcorpus import RowOutcome, profiles_sha256
 
@@ -110,11 +111,12 @@ def fit_corpus(
     base = reference_engines(catalogue)
     profiles_hash = profiles_sha256(catalogue.root)
     scratch = scratch_dir()
+    memo = RowMemo(RUNS_PER_ROW * max(1, len(scored)))  # rows whose values repeat across the fits run once
     try:
         with ProcessPoolExecutor(max_workers=jobs or default_jobs()) as pool:
 
             def evaluator(subset: Sequence[FitRow], name: str) -> Evaluator:
-                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name)
+                return Evaluator(subset, params, base, catalogue.root, pool, scratch / name, memo)
 
             def progress(name: str) -> Callable[[int, float], None]:
                 return lambda runs, cost: say(f"{name}: evaluation {runs}, sum |residual| {cost:.2f}")
@@ -150,7 +152,7 @@ def fit_corpus(
                     folds[publisher] = solve(f"without-{publisher}", train, fold_start, active, iterations,
                                              FOLD_JACOBIAN_EVERY)  # fmt: skip
                     x_fold = folds[publisher].x
-                    say(f"without {publisher}: {_fold_line(folds[publisher])}")
+                    say(f"without {publisher}: {_fold_line(folds[publisher])} ({memo.hits} row runs reused so far)")
                 held_out.update(evaluator(held, f"held-{publisher}").predict(x_fold, search=True))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
