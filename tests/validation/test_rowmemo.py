@@ -6,23 +6,16 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_corpusfit import BASE as CORPUS_ROW
+from test_corpusfit import CATALOGUE
 
-from clustersim.config.catalogue import Catalogue
 from clustersim.validation import corpusfit, crossval
-from clustersim.validation.corpus import CorpusRow
 from clustersim.validation.corpusfit import Evaluator, fit_rows, parameters, reference_engines
 from clustersim.validation.crossval import fit_corpus
 from clustersim.validation.rowmemo import RowMemo
 from clustersim.validation.rowscenario import row_scenario
 
-CATALOGUE = Catalogue.builtin()
-BASE = CorpusRow(
-    row_id="", publisher="a", source_url="https://example.org", source_where="", source_date="",
-    engine="vllm", engine_version="0.10.0", gpu="H100-SXM", num_gpus=1, tp=1, pp=1, ep=1, dp=1,
-    model="meta-llama/Llama-3.1-8B-Instruct", weight_precision="bf16", kv_precision=None, dataset="random",
-    prompt_tokens=256, output_tokens=64, load_kind="offline", load=None, num_requests=16,
-    max_num_seqs=None, max_num_batched_tokens=None, metrics={"output_tok_per_s": 1.0},
-)  # fmt: skip
+BASE = dataclasses.replace(CORPUS_ROW, publisher="a", prompt_tokens=256, output_tokens=64, num_requests=16)
 
 
 def test_the_memo_keeps_the_last_used_predictions():
