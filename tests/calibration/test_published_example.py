@@ -78,14 +78,8 @@ def test_every_row_is_what_its_cited_source_says() -> None:
             check_note(rows[line], source, quoted.group(1))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("fields", "gain_pct"), [(DEFAULT_ENGINE_FIELDS, -1.0), ((*DEFAULT_ENGINE_FIELDS, *GPU_FIELDS), 2.0)]
-)
-def test_a_third_of_the_rows_predicts_the_rest(tmp_path: Path, fields: tuple[str, ...], gain_pct: float) -> None:
-    """As docs/validation.md (blocks calibrate and calibrate-gpu): fit on a seeded third, score the rest.
-    Host times are not what these rows miss, so fitting them leaves the held-out error where the base
-    profile has it (within a point); fitting the GPUs' efficiencies too lowers it."""
+def _scores(tmp_path: Path, fields: tuple[str, ...]) -> dict:
+    """The docs' command on the example: fit ``fields`` on a seeded third, score every row."""
     data = read_measurements(EXAMPLE)
     train = choose_training_rows(len(data.rows), None, 0.33, 0)
     engine = Catalogue.builtin().engine("trtllm")
@@ -93,8 +87,22 @@ def test_a_third_of_the_rows_predicts_the_rest(tmp_path: Path, fields: tuple[str
     setup = prepare(data, engine, fields, train, overrides)
     assert setup.notes == ()  # every batch held whole, as gptSessionBenchmark held it
     table = scores(calibrate(setup, train, tmp_path))
-    held_out, base = table["held out"], table["base (test rows)"]
-    assert held_out.count() == base.count() == 8
-    fitted_mape, base_mape = held_out.mape(), base.mape()
-    assert fitted_mape is not None and base_mape is not None
-    assert fitted_mape <= base_mape - gain_pct, (fitted_mape, base_mape)
+    assert table["held out"].count() == table["base (test rows)"].count() == 8
+    return {name: column.mape() for name, column in table.items()}
+
+
+@pytest.mark.slow
+def test_fitting_host_times_on_a_third_leaves_the_rest_where_the_base_has_it(tmp_path: Path) -> None:
+    """As docs/validation.md (block calibrate): host times are not what these rows miss, so fitting them
+    leaves the held-out error within a point of the base profile's."""
+    found = _scores(tmp_path, DEFAULT_ENGINE_FIELDS)
+    assert found["held out"] <= found["base (test rows)"] + 1.0, found
+
+
+@pytest.mark.slow
+def test_fitting_the_gpus_too_on_four_rows_is_underdetermined(tmp_path: Path) -> None:
+    """As docs/validation.md (block calibrate-gpu): six parameters on four rows fit those rows closely and
+    predict the rest worse than the base profile; the leave-one-out error says so without the test rows."""
+    found = _scores(tmp_path, (*DEFAULT_ENGINE_FIELDS, *GPU_FIELDS))
+    assert found["leave-one-out"] >= found["in-sample"] + 5.0, found
+    assert found["held out"] > found["base (test rows)"], found

@@ -50,7 +50,8 @@ cell = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["", " ", "NaT", "nan", "1e30", "2023-11-16 18:15:46.68", "1700000000", "0x10", "1_000"]),
-    st.text(alphabet=st.characters(blacklist_characters=",\r\n"), max_size=12),
+    # a file on disk holds no lone surrogates (UTF-8 cannot encode them): any other character may come
+    st.text(alphabet=st.characters(blacklist_characters=",\r\n", blacklist_categories=("Cs",)), max_size=12),
 )
 
 
