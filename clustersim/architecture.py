@@ -19,6 +19,7 @@ from clustersim.config.profiles import (
     WeightScaling,
     engine_scales,
 )
+from clustersim.config.releases import runs_before
 from clustersim.config.scenario import Precision
 
 BYTES_PER_ELEMENT: dict[Precision, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -319,6 +320,16 @@ def _counts(cited: Cited[dict[Precision, int]] | None) -> tuple[tuple[Precision,
     return tuple(sorted(cited.value.items())) if cited is not None else ()
 
 
+def overlaps_host(engine: EngineProfile, engine_version: str | None, async_scheduling: bool | None = None) -> bool:
+    """Whether a run of release ``engine_version`` overlaps the engine's host time with its GPU steps: as
+    ``async_scheduling`` says where it is set, else by default from ``host_overlap_since_version`` on
+    (from every release where the profile names none)."""
+    if async_scheduling is not None:
+        return async_scheduling
+    since = engine.host_overlap_since_version
+    return since is None or not runs_before(engine_version, since.value)
+
+
 def _weight_only_rate(engine: EngineProfile, family: str | None, fitted: Cited[float] | None) -> float:
     """The compute rate of ``engine``'s weight-only GEMMs on ``family`` against its 16-bit ones: the rate its
     kernels' benchmark measured (``weight_only_rate_frac``; 1 where none is cited) times the fitted scale."""
@@ -386,7 +397,9 @@ class EngineSpec:
     sliding_window_kv_share: float = 1.0  # KV a sliding-window layer keeps per token (EngineProfile)
 
     @classmethod
-    def from_profile(cls, engine: EngineProfile) -> EngineSpec:
+    def from_profile(cls, engine: EngineProfile, engine_version: str | None = None) -> EngineSpec:
+        """``engine`` as a run of release ``engine_version`` (None: the profile's current) prices it."""
+
         def opt(cited: object) -> float:
             value = getattr(cited, "value", None)
             return 0.0 if value is None else float(value)
@@ -402,7 +415,7 @@ class EngineSpec:
             cuda_graph_max_seqs=int(opt(engine.cuda_graph_max_seqs)),
             sampling_per_seq_s=opt(engine.sampling_per_seq_s),
             cuda_graph_mixed_steps=bool(engine.cuda_graph_mixed_steps and engine.cuda_graph_mixed_steps.value),
-            host_overlap_frac=opt(engine.host_overlap_frac),
+            host_overlap_frac=opt(engine.host_overlap_frac) if overlaps_host(engine, engine_version) else 0.0,
             all_reduce_latency_s=opt(engine.all_reduce_latency_s),
             kv_memory_rule=engine.kv_memory_rule.value if engine.kv_memory_rule is not None else "static",
             runtime_memory_bytes=opt(engine.runtime_memory_bytes),
@@ -479,7 +492,7 @@ class GpuSpec:
             assert value is not None
             return value
 
-        engine_spec = EngineSpec.from_profile(engine)
+        engine_spec = EngineSpec.from_profile(engine, engine_version)
         family = hardware.family.value if hardware.family is not None else None
         scales = engine_scales(engine, family, engine_version)
 

@@ -292,6 +292,20 @@ def multi_step_host(gpu: GpuSpec, num_scheduler_steps: int) -> GpuSpec:
     return dataclasses.replace(gpu, step_overhead_s=gpu.step_overhead_s / num_scheduler_steps, engine=engine)
 
 
+def with_async_scheduling(gpu: GpuSpec, engine: EngineProfile, async_scheduling: bool | None, source: str) -> GpuSpec:
+    """``gpu`` with its host time overlapped or in series as ``cluster.async_scheduling`` says (unset: as the
+    release's default already priced it); an engine that overlaps none cannot be asked to."""
+    if async_scheduling is None:
+        return gpu
+    if async_scheduling and engine.host_overlap_frac is None:
+        problem = (
+            f"true, but engine '{engine.name}' overlaps none of its host time (its profile has no host_overlap_frac)"
+        )
+        raise ConfigError(source, "cluster.async_scheduling", problem)
+    overlap = engine.host_overlap_frac.value if async_scheduling and engine.host_overlap_frac is not None else 0.0
+    return dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, host_overlap_frac=overlap))
+
+
 def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> GroupPlan:
     """Look up one replica group's profiles, check the model fits, size the KV cache and build the cost model."""
     where_from = group.field_path
@@ -308,6 +322,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     model = model.with_sliding_window_kv_share(gpu.engine.sliding_window_kv_share)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)
+    gpu = with_async_scheduling(gpu, engine, scenario.cluster.async_scheduling, source)
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly, nothing compiled
         engine_spec = dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0, launch_overhead_per_layer_compiled_s=0.0)
         gpu = dataclasses.replace(gpu, engine=engine_spec)

@@ -280,7 +280,10 @@ class EngineProfile(_Physical):
     at least the GPU's ``elementwise_kernel_latency_s``, in a CUDA graph or not. An engine that
     schedules the next step while the GPU runs this one (vLLM V1 async scheduling, SGLang's overlap
     scheduler) hides ``host_overlap_frac`` of it: a step lasts ``(1 - f) x host + max(f x host,
-    GPU time)``; without it (``None``) host and GPU time add up. ``all_reduce_latency_s``: the
+    GPU time)``; without it (``None``) host and GPU time add up. ``host_overlap_since_version``: the
+    first release that overlaps by default (vLLM's async scheduling from 0.14.0); a run of an earlier
+    release (``cluster.engine_version``) adds host and GPU time unless ``cluster.async_scheduling`` turns
+    it on. ``all_reduce_latency_s``: the
     latency of the engine's own all-reduce kernels, replacing the GPU profile's (NCCL) link latency;
     ``all_reduce_overlap_frac``: the share of all-reduce time the engine hides under other kernels
     (fused or overlapped communication). ``step_overhead_per_worker_s``: host time per step for each
@@ -345,6 +348,7 @@ class EngineProfile(_Physical):
     sampling_per_seq_s: Cited[float] | None = None
     cuda_graph_mixed_steps: Cited[bool] | None = None
     host_overlap_frac: Cited[float] | None = None
+    host_overlap_since_version: Cited[str] | None = None
     all_reduce_latency_s: Cited[float] | None = None
     all_reduce_overlap_frac: Cited[float] | None = None
     step_overhead_per_worker_s: Cited[float] | None = None

@@ -93,6 +93,9 @@ class Cluster(StrictModel):
     kernel eagerly (vLLM ``--enforce-eager``, SGLang ``--disable-cuda-graph``). ``engine_version``: the
     engines' release (e.g. ``"0.4.2"``); kernels an engine profile gained in a later release
     (its ``kernel_releases``) are then slower by their cited factors. Unset: each profile's current release.
+    ``async_scheduling``: the engine schedules the next step while the GPU runs this one (vLLM
+    ``--async-scheduling``), hiding the engine profile's ``host_overlap_frac`` of its host time; unset:
+    as the engine does by default in ``engine_version`` (vLLM from 0.14.0).
     """
 
     num_replicas: PositiveInt = 1
@@ -108,6 +111,7 @@ class Cluster(StrictModel):
     frontend: bool = True
     cuda_graphs: bool = True
     engine_version: str | None = None
+    async_scheduling: bool | None = None
 
     @field_validator("engine_version")
     @classmethod

@@ -100,6 +100,7 @@ FEATURES = {
     "chunked_context": "TensorRT-LLM's enable_chunked_context (off by default)",
     "block_fp8": "FP8 weights with 128 x 128 block scales (quantization_config.weight_block_size), where the "
     "model profile's published checkpoint does not already say so (Qwen/*-FP8)",
+    "async_scheduling": "vLLM's --async-scheduling on a release whose default is off (before 0.14.0)",
     "in_process": "the harness calls the engine in its own process with token IDs, no API server between "
     "(MLPerf's LoadGen linked into NVIDIA's C++ harness, or AMD's, which calls vLLM's engine with prompt_token_ids)",
 }

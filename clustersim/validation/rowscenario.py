@@ -504,6 +504,7 @@ def row_scenario(row: CorpusRow, catalogue: Catalogue) -> RowScenario:
         # served over HTTP; offline runs, and harnesses that call the engine in their own process, have no API server
         "frontend": row.load_kind in ("concurrency", "rate") and "in_process" not in row.features,
         "cuda_graphs": "eager" not in row.features,
+        **({"async_scheduling": True} if "async_scheduling" in row.features else {}),
     }
     if version is not None:  # kernels the engine gained after this release run slower (kernel_releases)
         cluster["engine_version"] = row.engine_version.strip()
