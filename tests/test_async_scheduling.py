@@ -3,11 +3,11 @@ asynchronously (vLLM's async scheduling: a flag from 0.10.0, the default from 0.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import explicit_scenario
 
 from clustersim.architecture import EngineSpec, GpuSpec, overlaps_host
 from clustersim.config.catalogue import Catalogue
@@ -15,8 +15,6 @@ from clustersim.config.loader import LoadedScenario, scenario_from_mapping
 from clustersim.config.profiles import Cited
 from clustersim.errors import ConfigError
 from clustersim.runplan import plan_run
-from clustersim.validation.corpus import CorpusRow
-from clustersim.validation.rowscenario import row_scenario
 
 CATALOGUE = Catalogue.builtin()
 
@@ -47,23 +45,7 @@ def _plan(tmp_path: Path, cluster: dict, engine=None) -> float:
         data = engine.model_dump(mode="json", exclude_none=True)
         data.update(name="vllm-test", aliases=[])
         (tmp_path / "vllm-test.yaml").write_text(yaml.safe_dump(data))
-    raw = {
-        "name": "t",
-        "seed": 1,
-        "workload": {
-            "tenants": [
-                {
-                    "name": "t",
-                    "arrival": {
-                        "kind": "explicit",
-                        "requests": [{"arrival_at_s": 0.0, "prompt_tokens": 4, "output_tokens": 2}],
-                    },
-                }
-            ]
-        },
-        "cluster": {"hardware": "H100-SXM", "model": "Llama-3.1-8B", **cluster},
-        "stop": {"max_requests": 1},
-    }
+    raw = {**explicit_scenario([(0.0, 4, 2)], cluster=cluster), "cost": {"kind": "roofline"}}  # the engine's costs
     loaded = LoadedScenario(scenario_from_mapping(raw, "t.yaml"), "t.yaml", tmp_path)
     return plan_run(loaded, CATALOGUE).groups[0].gpu.engine.host_overlap_frac
 
@@ -88,16 +70,3 @@ def test_an_engine_that_overlaps_nothing_cannot_be_asked_to(tmp_path):
     with pytest.raises(ConfigError, match=r"cluster\.async_scheduling.*overlaps none of its host time"):
         _plan(tmp_path, {"engine": "trtllm", "async_scheduling": True})
     assert _plan(tmp_path, {"engine": "trtllm", "async_scheduling": False}) == 0.0
-
-
-def test_a_corpus_row_that_turned_it_on_runs_with_it():
-    base = CorpusRow(
-        row_id="r", publisher="p", source_url="https://example.org", source_where="", source_date="",
-        engine="vllm", engine_version="0.11.0", gpu="H100-SXM", num_gpus=1, tp=1, pp=1, ep=1, dp=1,
-        model="meta-llama/Llama-3.1-8B-Instruct", weight_precision="bf16", kv_precision=None, dataset="random",
-        prompt_tokens=256, output_tokens=64, load_kind="offline", load=None, num_requests=16,
-        max_num_seqs=None, max_num_batched_tokens=None, metrics={"output_tok_per_s": 1.0},
-    )  # fmt: skip
-    on = dataclasses.replace(base, features=frozenset({"async_scheduling"}))
-    assert row_scenario(on, CATALOGUE).mapping["cluster"]["async_scheduling"] is True
-    assert "async_scheduling" not in row_scenario(base, CATALOGUE).mapping["cluster"]

@@ -318,3 +318,8 @@ def test_an_engine_without_a_prefix_cache_runs_the_same_lengths_without_document
     built = build(**row)
     assert "documents" not in built.mapping["workload"]["tenants"][0]
     assert not any("prefix cache" in a for a in built.assumptions)
+
+
+def test_a_row_whose_command_turned_async_scheduling_on_runs_with_it():
+    assert build(features=frozenset({"async_scheduling"})).mapping["cluster"]["async_scheduling"] is True
+    assert "async_scheduling" not in build().mapping["cluster"]  # its release's default
