@@ -22,6 +22,7 @@ from clustersim.architecture import (
     activation_reserve_bytes,
     engine_kv_memory,
     kv_bytes_per_token_per_gpu,
+    overlaps_host,
 )
 from clustersim.config.base import SLO
 from clustersim.config.catalogue import Catalogue
@@ -30,7 +31,7 @@ from clustersim.config.loader import LoadedScenario
 from clustersim.config.memorytiers import memory_settings
 from clustersim.config.profiles import EngineProfile, HardwareProfile
 from clustersim.config.reserve import SeqsRule
-from clustersim.config.scenario import ResolvedGroup, Scenario, tenant_slo
+from clustersim.config.scenario import Cluster, ResolvedGroup, Scenario, tenant_slo
 from clustersim.cost import COST_MODELS, CostModel
 from clustersim.cost.pipeline import PipelinedCostModel
 from clustersim.errors import ConfigError
@@ -292,18 +293,17 @@ def multi_step_host(gpu: GpuSpec, num_scheduler_steps: int) -> GpuSpec:
     return dataclasses.replace(gpu, step_overhead_s=gpu.step_overhead_s / num_scheduler_steps, engine=engine)
 
 
-def with_async_scheduling(gpu: GpuSpec, engine: EngineProfile, async_scheduling: bool | None, source: str) -> GpuSpec:
-    """``gpu`` with its host time overlapped or in series as ``cluster.async_scheduling`` says (unset: as the
-    release's default already priced it); an engine that overlaps none cannot be asked to."""
-    if async_scheduling is None:
-        return gpu
-    if async_scheduling and engine.host_overlap_frac is None:
-        problem = (
-            f"true, but engine '{engine.name}' overlaps none of its host time (its profile has no host_overlap_frac)"
-        )
+def with_async_scheduling(gpu: GpuSpec, engine: EngineProfile, cluster: Cluster, source: str) -> GpuSpec:
+    """``gpu`` with its host time overlapped or in series as the run does it (``overlaps_host``: the
+    deployment's ``cluster.async_scheduling``, else its release's default); an engine that overlaps none
+    cannot be asked to."""
+    frac = engine.host_overlap_frac
+    if cluster.async_scheduling and frac is None:
+        problem = f"true, but engine '{engine.name}' overlaps none of its host time (no host_overlap_frac)"
         raise ConfigError(source, "cluster.async_scheduling", problem)
-    overlap = engine.host_overlap_frac.value if async_scheduling and engine.host_overlap_frac is not None else 0.0
-    return dataclasses.replace(gpu, engine=dataclasses.replace(gpu.engine, host_overlap_frac=overlap))
+    overlapped = frac is not None and overlaps_host(engine, cluster.engine_version, cluster.async_scheduling)
+    engine_spec = dataclasses.replace(gpu.engine, host_overlap_frac=frac.value if overlapped and frac else 0.0)
+    return dataclasses.replace(gpu, engine=engine_spec)
 
 
 def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue: Catalogue) -> GroupPlan:
@@ -322,7 +322,7 @@ def plan_group(scenario: Scenario, group: ResolvedGroup, source: str, catalogue:
     model = model.with_sliding_window_kv_share(gpu.engine.sliding_window_kv_share)
     tp, pp = group.tensor_parallel, group.pipeline_parallel
     gpu = with_memory_sized_graphs(gpu, engine, hardware, scenario.cluster.engine_version, tp, pp)
-    gpu = with_async_scheduling(gpu, engine, scenario.cluster.async_scheduling, source)
+    gpu = with_async_scheduling(gpu, engine, scenario.cluster, source)
     if not scenario.cluster.cuda_graphs:  # every kernel launched eagerly, nothing compiled
         engine_spec = dataclasses.replace(gpu.engine, cuda_graph_max_seqs=0, launch_overhead_per_layer_compiled_s=0.0)
         gpu = dataclasses.replace(gpu, engine=engine_spec)
