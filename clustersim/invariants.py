@@ -87,7 +87,9 @@ def check_steps(steps: pa.Table | StepTotals, requests: pa.Table | RequestTotals
     if steps.over_tokens is not None:
         problems.append("a step batched {} tokens > its token budget {}".format(*steps.over_tokens))
     if steps.bad_kv:
-        problems.append("a step used more KV blocks than the replica has (or fewer than none)")
+        problems.append(
+            "a step used more KV blocks than the replica has (or fewer than none, or its peak below its last)"
+        )
     return problems
 
 

@@ -77,7 +77,8 @@ class StepTotals:
         self.seq_steps += np.bincount(replica, weights=num_seqs * num_steps, minlength=n)
         self.preemptions += np.bincount(replica, weights=_col(batch, "num_preemptions"), minlength=n)
         used, total = _col(batch, "kv_used_blocks"), _col(batch, "kv_total_blocks")
-        np.maximum.at(self.kv_peak_frac, replica, used / total)
+        peak = _col(batch, "kv_peak_used_blocks")
+        np.maximum.at(self.kv_peak_frac, replica, peak / total)
         self.num_swaps += int(_col(batch, "num_swaps").sum())
         self.emitted_tokens += int((num_steps * emitted).sum())
         self.over_seqs = _furthest_over(num_seqs, seq_caps[replica], np.ones(num_seqs.size, bool), self.over_seqs)
@@ -85,7 +86,7 @@ class StepTotals:
         alone = prefill_seqs == 1  # a lone recompute may exceed the budget
         self.over_tokens = _furthest_over(tokens, token_budgets[replica], ~alone, self.over_tokens)
         self.bad_emission |= bool(np.any(emitted < decode) or np.any(emitted > decode + prefill_seqs))
-        self.bad_kv |= bool(np.any(used > total) or np.any(used < 0))
+        self.bad_kv |= bool(np.any(peak > total) or np.any(used < 0) or np.any(peak < used))
 
 
 def _furthest_over(

@@ -86,6 +86,7 @@ class StepRecord(NamedTuple):
     num_decode_tokens: Annotated[int, I64]
     num_emitted_tokens: Annotated[int, I64]
     kv_used_blocks: Annotated[int, I64]  # at the end of the last iteration
+    kv_peak_used_blocks: Annotated[int, I64]  # the most at the end of any of its iterations
     kv_total_blocks: Annotated[int, I64]
     num_preemptions: Annotated[int, I32]
     num_waiting: Annotated[int, I32]  # queued at the end

@@ -53,8 +53,14 @@ def test_token_conservation_and_limits(logs):
     )
     crowded = replace(steps, "num_seqs", [9] * steps.num_rows)
     assert "a step ran 9 sequences > max_num_seqs 4" in check_steps(crowded, requests, SCENARIO)
-    full = replace(steps, "kv_used_blocks", [10**6] * steps.num_rows)
+    full = replace(
+        replace(steps, "kv_used_blocks", [10**6] * steps.num_rows), "kv_peak_used_blocks", [10**6] * steps.num_rows
+    )
     assert any("more KV blocks" in p for p in check_steps(full, requests, SCENARIO))
+    assert not check_steps(steps, requests, SCENARIO)
+    # a run's peak (the most at any of its steps' ends) is at least what its last step held
+    below = replace(steps, "kv_peak_used_blocks", [x - 1 for x in steps.column("kv_used_blocks").to_pylist()])
+    assert any("peak below" in p for p in check_steps(below, requests, SCENARIO))
 
 
 def test_violation_lists_every_problem(logs):

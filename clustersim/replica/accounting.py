@@ -18,9 +18,12 @@ if TYPE_CHECKING:  # the core calls these; they only read it
 NOT_RELEASED = (0.0, 0.0)  # no pull cancelled during the run: no blocks held beyond the last step's
 
 
-def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int) -> Row:
+def memory_record(
+    core: Core, step: Step, num_steps: int, now_s: float, last_index: int, grown: int, released: tuple[float, float]
+) -> Row:
     """The ledger row of the steps of ``step`` just ended (before finished sequences retire), as the
-    inputs :func:`~clustersim.kvcache.ledger_batch.ledger_columns` turns into the row when it is written."""
+    inputs :func:`~clustersim.kvcache.ledger_batch.ledger_columns` turns into the row when it is written;
+    ``released``: :func:`released_blocks` of the run."""
     kv, seats = core.kv, core.seats
     bs = kv.block_size_tokens
     filled = kv.filled_blocks
@@ -44,7 +47,6 @@ def memory_record(core: Core, step: Step, num_steps: int, now_s: float, last_ind
         bs,
         kv.spec.bytes_per_token,
     )
-    released = released_blocks(core, step, num_steps, now_s) if step.released_in_flight else NOT_RELEASED
     in_flight = (core.remote.in_flight_blocks, *released)  # the row's last fields
     anchor = step.anchor
     if num_steps <= 1 or anchor is None:

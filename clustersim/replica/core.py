@@ -31,7 +31,7 @@ from clustersim.eventlog import RunLog
 from clustersim.kvcache.manager import KVManager
 from clustersim.kvcache.prefix import Segment
 from clustersim.kvcache.sequence import prefill_tokens_of
-from clustersim.replica.accounting import memory_record
+from clustersim.replica.accounting import NOT_RELEASED, memory_record, released_blocks
 from clustersim.replica.admission import SloAdmission
 from clustersim.replica.batching import BatchingPolicy, StepLimits
 from clustersim.replica.builder import Builder
@@ -404,6 +404,8 @@ class Core:
         if num_first_tokens and self.kv.grown_through < last_index:  # their blocks cover step last_index
             self.kv.grown_through = last_index
         batch, pool = step.batch, self.kv.pool
+        # pulls cancelled during a run held blocks at its earlier steps' ends that its last no longer holds
+        released = released_blocks(self, step, num_steps, now_s) if step.released_in_flight else NOT_RELEASED
         self.log.steps.append(
             (  # a StepRecord's fields, as a plain tuple (its constructor costs more than the row)
                 self.spec.index,  # replica
@@ -416,13 +418,14 @@ class Core:
                 num_decode_tokens,
                 num_decode_tokens + num_first_tokens,  # num_emitted_tokens
                 pool.num_used_blocks,  # kv_used_blocks
+                pool.num_used_blocks + round(released[1]),  # kv_peak_used_blocks
                 pool.num_total_blocks,  # kv_total_blocks
                 step.num_preempted,  # num_preemptions
                 len(self.waiting) + len(self.deferred),  # num_waiting
                 step.num_swapped_out,  # num_swaps
             )
         )
-        self.log.memory.append(memory_record(self, step, num_steps, now_s, last_index, grown))
+        self.log.memory.append(memory_record(self, step, num_steps, now_s, last_index, grown, released))
         if step.advances:
             self.seats.decode_index = first + num_steps
         if step.anchor is not None:
